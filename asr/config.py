@@ -1,0 +1,218 @@
+"""One typed configuration shared by training, serving and evaluation.
+
+Every part of the system reads its settings from :class:`Config`; a model
+bundle stores the same structure in ``config.json`` so that a model is always
+served with exactly the frontend and decoder settings it was trained with.
+Unknown keys are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+FORMAT_VERSION = 1
+
+AttentionKind = Literal["monotonic", "softmax", "chunkwise"]
+
+
+@dataclass
+class FeatureConfig:
+    """Log-mel filterbank frontend (kaldi-native-fbank), shared by batch and stream."""
+
+    sample_rate: int = 16000
+    num_mel_bins: int = 80
+    frame_length_ms: float = 25.0
+    frame_shift_ms: float = 10.0
+    dither: float = 0.0
+
+
+@dataclass
+class EncoderConfig:
+    """Unidirectional LSTM stack; ``reductions[i]`` frames are stacked before layer i (LAS pyramid)."""
+
+    layers: int = 4
+    units: int = 256
+    reductions: list[int] = field(default_factory=lambda: [2, 2, 1, 1])
+    dropout: float = 0.1
+
+
+@dataclass
+class AttentionConfig:
+    """Attention between decoder state and encoder memory."""
+
+    kind: AttentionKind = "monotonic"
+    dim: int = 128
+    chunk_width: int = 4  # MoChA chunk width w (chunkwise only)
+    noise_std: float = 1.0  # pre-sigmoid noise, training mode only
+    init_r: float = -4.0
+    init_g: float | None = None  # None -> 1/sqrt(dim)
+
+
+@dataclass
+class DecoderConfig:
+    embed_dim: int = 128
+    units: int = 256
+    layers: int = 1
+    dropout: float = 0.1
+
+
+@dataclass
+class TokenizerConfig:
+    """Targets: sentencepiece pieces or a plain symbol list (phones, characters)."""
+
+    kind: Literal["sentencepiece", "symbols"] = "sentencepiece"
+    vocab_size: int = 256
+    model_type: Literal["unigram", "bpe"] = "unigram"
+
+
+@dataclass
+class ModelConfig:
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    ctc_weight: float = 0.0  # auxiliary CTC loss on the encoder (0 disables the head)
+
+
+@dataclass
+class DecodeConfig:
+    """Search and endpointing, used identically offline and in streaming."""
+
+    beam_size: int = 1
+    max_tokens_per_state: float = 2.0  # maximum output length relative to encoder states
+    max_tokens: int = 200  # hard cap per segment
+    endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
+    endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
+    silence_threshold_db: float = -45.0  # frame energy below this counts as silence
+
+
+@dataclass
+class TrainConfig:
+    train_manifest: str = ""
+    valid_manifest: str = ""
+    output_dir: str = "exp"
+    epochs: int = 10
+    max_batch_seconds: float = 120.0  # bucketed batches hold at most this much audio
+    lr: float = 1e-3
+    warmup_steps: int = 500
+    weight_decay: float = 1e-6
+    grad_clip: float = 5.0
+    specaugment: bool = True
+    seed: int = 0
+    num_workers: int = 0
+    log_every: int = 10
+    max_steps: int = 0  # stop after this many optimizer steps (0: no limit)
+    max_minutes: float = 0.0  # stop after this much wall time (0: no limit)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    format_version: int = FORMAT_VERSION
+
+    # --- (de)serialisation -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        return _build(cls, data, "")
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | None = None) -> Config:
+        """Read JSON or YAML, then apply ``section.key=value`` overrides."""
+        path = Path(path)
+        text = path.read_text()
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        data = data or {}
+        for item in overrides or []:
+            apply_override(data, item)
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set ``a.b.c=value`` in a nested dict; the value is parsed as YAML (numbers, lists, ...)."""
+    if "=" not in item:
+        raise ValueError(f"override {item!r} is not of the form section.key=value")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override {item!r}: {part!r} is not a section")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {', '.join(repr(where + k) for k in unknown)}; "
+            f"valid keys here: {', '.join(sorted(names))}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        path = f"{where}{name}"
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, path + ".")
+        else:
+            kwargs[name] = _check(hint, value, path)
+    return cls(**kwargs)
+
+
+def _check(hint: Any, value: Any, path: str) -> Any:
+    """Validate a leaf value against its annotation and coerce ints to floats."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{path} must be one of {list(args)}, got {value!r}")
+        return value
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check(inner[0], value, path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"{path} must be a list, got {value!r}")
+        return [_check(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{path} must be a number, got {value!r}")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{path} must be an integer, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{path} must be true or false, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{path} must be a string, got {value!r}")
+        return value
+    return value
