@@ -8,7 +8,12 @@ import sys
 
 # subcommand -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 # the module docstring's first line is the subcommand's help.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "serve": "server.cli",
+    "stream": "server.client",
+    "prepare": "training.prepare",
+    "tokenizer": "training.tokenizer_cli",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

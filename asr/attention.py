@@ -1,0 +1,375 @@
+"""Attention between decoder and encoder: monotonic (Raffel et al., 2017), MoChA, softmax.
+
+Training uses the *soft* forms (expected alignments over whole padded
+batches); inference uses the *hard* forms, which only ever look at encoder
+states from a persistent pointer onward and so can run online.
+
+The soft monotonic alignment is computed with an exact parallel scan of its
+first-order linear recurrence instead of the paper's closed form, which divides
+by a cumulative product that underflows mid-utterance (see DESIGN.md, "The
+numerical trap").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from asr.config import AttentionConfig
+
+# --------------------------------------------------------------------------
+# The soft monotonic alignment: an exact, stable, parallel scan.
+# --------------------------------------------------------------------------
+
+
+SCAN_BLOCK = 8
+
+
+def linear_scan(coeff: Tensor, inp: Tensor) -> Tensor:
+    """Solve ``q[j] = coeff[j] * q[j-1] + inp[j]`` (q[-1] = 0) along the last dim.
+
+    A blocked parallel scan: every block of ``SCAN_BLOCK`` positions is solved
+    in place (all blocks at once), the block ends are solved by the same scan
+    one level up, and each block then adds its carry. Only products and sums
+    of non-negative numbers: no division, no cancellation, O(T) work, and
+    O(log T) depth. ``coeff[..., 0]`` is never used.
+    """
+    length = inp.shape[-1]
+    if length == 1:
+        return inp.clone()
+    block = min(SCAN_BLOCK, length)
+    blocks = -(-length // block)
+    extra = blocks * block - length
+    # Fresh copies (solved in place); right padding (coefficient 1, input 0)
+    # cannot change earlier positions.
+    a = F.pad(inp, (0, extra)) if extra else inp.clone()
+    c = F.pad(coeff, (0, extra), value=1.0) if extra else coeff.clone()
+    a = a.reshape(*inp.shape[:-1], blocks, block)
+    c = c.reshape(*inp.shape[:-1], blocks, block)
+    a_cols, c_cols = a.unbind(-1), c.unbind(-1)
+    for j in range(1, block):
+        a_cols[j].addcmul_(c_cols[j], a_cols[j - 1])
+        c_cols[j].mul_(c_cols[j - 1])
+    # a: each block's solution from a zero carry; c: products from the block's start.
+    if blocks > 1:
+        ends = linear_scan(c[..., -1], a[..., -1])
+        carry = F.pad(ends[..., :-1], (1, 0)).unsqueeze(-1)
+        a = torch.addcmul(a, c, carry)
+    return a.reshape(*inp.shape[:-1], blocks * block)[..., :length]
+
+
+def _shift_right(x: Tensor, fill: float) -> Tensor:
+    """x[j-1] at position j, ``fill`` at position 0."""
+    return F.pad(x[..., :-1], (1, 0), value=fill)
+
+
+class _SoftMonotonic(torch.autograd.Function):
+    """alpha = p * q with q[j] = (1 - p[j-1]) q[j-1] + previous[j]; analytic backward (a reverse scan)."""
+
+    @staticmethod
+    def forward(ctx, energy: Tensor, previous: Tensor, mask: Tensor) -> Tensor:  # type: ignore[override]
+        p = torch.sigmoid(energy) * mask
+        # 1 - p computed as sigmoid(-e): exact even where p rounds to 1.
+        one_minus_p = torch.where(mask, torch.sigmoid(-energy), torch.ones_like(energy))
+        q = linear_scan(_shift_right(one_minus_p, 0.0), previous)
+        ctx.save_for_backward(p, one_minus_p, q, mask)
+        return p * q
+
+    @staticmethod
+    def backward(ctx, grad_alpha: Tensor) -> tuple[Tensor, Tensor, None]:  # type: ignore[override]
+        p, one_minus_p, q, mask = ctx.saved_tensors
+        # G[j] = dL/dq[j] = g[j] p[j] + (1 - p[j]) G[j+1]: the same scan, reversed in time.
+        grad_q = linear_scan(one_minus_p.flip(-1), (grad_alpha * p).flip(-1)).flip(-1)
+        grad_q_next = F.pad(grad_q[..., 1:], (0, 1))
+        grad_p = q * (grad_alpha - grad_q_next)
+        grad_energy = grad_p * p * one_minus_p * mask
+        return grad_energy, grad_q, None
+
+
+def soft_monotonic_alignment(
+    energy: Tensor, previous: Tensor, mask: Tensor | None = None
+) -> Tensor:
+    """Expected hard monotonic alignment alpha(i, .) from energies and alpha(i-1, .).
+
+    ``energy`` and ``previous`` are float tensors [batch, T]; ``mask`` (bool
+    [batch, T]) marks valid memory positions, padding gets zero. The result
+    may sum to less than one: the missing mass is "nothing selected", whose
+    context is the zero vector; it is never renormalised.
+    """
+    if energy.shape != previous.shape or energy.dim() != 2:
+        raise ValueError(
+            f"energy and previous must both be [batch, T], got {tuple(energy.shape)} "
+            f"and {tuple(previous.shape)}"
+        )
+    if mask is None:
+        mask = torch.ones_like(energy, dtype=torch.bool)
+    elif mask.shape != energy.shape:
+        raise ValueError(f"mask must be {tuple(energy.shape)}, got {tuple(mask.shape)}")
+    return _SoftMonotonic.apply(energy, previous.to(energy.dtype), mask.bool())
+
+
+def chunkwise_weights(alpha: Tensor, chunk_energy: Tensor, width: int, mask: Tensor) -> Tensor:
+    """MoChA's expected attention: spread alpha(k) over the softmax of the w states ending at k.
+
+    Each window's softmax is computed on its own (no global exponent shift),
+    so no window underflows however far apart energies are along T.
+    """
+    length = alpha.shape[-1]
+    if width == 1:
+        return alpha
+    u = chunk_energy.masked_fill(~mask, 0.0)
+    windows = F.pad(u, (width - 1, 0), value=-math.inf).unfold(-1, width, 1)  # [B, T, w]
+    contrib = alpha.unsqueeze(-1) * torch.softmax(windows, dim=-1)  # to k - w + 1 + o
+    contrib = F.pad(contrib, (0, 0, 0, width - 1))
+    beta = alpha.new_zeros(alpha.shape)
+    for offset in range(width):
+        start = width - 1 - offset
+        beta = beta + contrib[..., start : start + length, offset]
+    return beta
+
+
+# --------------------------------------------------------------------------
+# Energy functions
+# --------------------------------------------------------------------------
+
+
+class AdditiveEnergy(nn.Module):
+    """Bahdanau's energy ``v . tanh(W s + V h + b)``; keys ``V h`` are projected once per state."""
+
+    def __init__(self, query_dim: int, key_dim: int, dim: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_dim, dim)
+        self.key_proj = nn.Linear(key_dim, dim, bias=False)
+        self.v = nn.Parameter(torch.empty(dim).uniform_(-1 / math.sqrt(dim), 1 / math.sqrt(dim)))
+
+    def keys(self, memory: Tensor) -> Tensor:
+        return self.key_proj(memory)
+
+    def query(self, state: Tensor) -> Tensor:
+        return self.query_proj(state)
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        """Energies for projected query [..., A] against projected keys [..., A] (broadcast)."""
+        return torch.tanh(query + keys) @ self.v
+
+
+class MonotonicEnergy(AdditiveEnergy):
+    """Raffel et al.'s energy ``g * v/||v|| . tanh(W s + V h + b) + r``.
+
+    Weight-normalising v and starting r negative keep p small at first, so
+    early in training the expected alignment does not collapse onto index 0.
+    """
+
+    def __init__(
+        self, query_dim: int, key_dim: int, dim: int, init_r: float, init_g: float | None
+    ) -> None:
+        super().__init__(query_dim, key_dim, dim)
+        self.g = nn.Parameter(torch.tensor(init_g if init_g is not None else 1 / math.sqrt(dim)))
+        self.r = nn.Parameter(torch.tensor(float(init_r)))
+
+    def score(self, query: Tensor, keys: Tensor) -> Tensor:
+        direction = self.g * self.v / self.v.norm()
+        return torch.tanh(query + keys) @ direction + self.r
+
+
+# --------------------------------------------------------------------------
+# Attention modules: one interface for all three kinds
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class HardScan:
+    """Result of a hard monotonic scan for N hypotheses.
+
+    ``selected[n]`` is the chosen memory index or -1; ``position[n]`` is where
+    the scan of hypothesis n stands (the index to evaluate next if it ran off
+    the end of the available memory); ``evaluations`` counts energies computed.
+    """
+
+    selected: Tensor
+    position: Tensor
+    evaluations: int
+
+
+class Attention(nn.Module):
+    """Common interface.
+
+    ``keys(memory)`` projects encoder states once; ``soft(...)`` is the
+    training-time expected attention for a batch; ``hard_context(...)`` gives
+    the inference-time context for chosen positions.
+    """
+
+    monotonic: bool = True
+
+    def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.memory_dim = memory_dim
+
+    def keys(self, memory: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def soft(
+        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(context [B, D], alignment for the next step [B, T], attention weights [B, T])."""
+        raise NotImplementedError
+
+    def _noisy(self, energy: Tensor) -> Tensor:
+        if self.training and self.cfg.noise_std > 0:
+            return energy + torch.randn_like(energy) * self.cfg.noise_std
+        return energy
+
+
+class MonotonicAttention(Attention):
+    """Soft monotonic attention in training, hard monotonic scan at inference."""
+
+    def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, memory_dim, cfg)
+        self.energy = MonotonicEnergy(query_dim, memory_dim, cfg.dim, cfg.init_r, cfg.init_g)
+
+    def keys(self, memory: Tensor) -> Tensor:
+        return self.energy.keys(memory)
+
+    def soft(
+        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        e = self.energy.score(self.energy.query(query).unsqueeze(1), keys)
+        alpha = soft_monotonic_alignment(self._noisy(e), previous, mask)
+        context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)
+        return context, alpha, alpha
+
+    def scan(self, query: Tensor, keys: Tensor, position: Tensor, available: int) -> HardScan:
+        """Hard monotonic scan for N hypotheses over one stream's memory.
+
+        ``query`` [N, Q] decoder states, ``keys`` [T_avail, A] projected memory
+        (index 0 = the oldest retained state), ``position`` [N] where each scan
+        starts (its previous choice). Energies are evaluated lazily, one
+        position at a time, only where a scan still stands; the first p > 0.5
+        (energy > 0) is chosen. A scan that reaches ``available`` without a
+        choice stops there and resumes from that position when more memory
+        exists, without recomputing anything.
+        """
+        q = self.energy.query(query)
+        position = position.clone()
+        selected = torch.full_like(position, -1)
+        active = position < available
+        evaluations = 0
+        while bool(active.any()):
+            idx = active.nonzero().squeeze(1)
+            e = self.energy.score(q[idx], keys[position[idx]])
+            evaluations += idx.numel()
+            hit = e > 0
+            selected[idx[hit]] = position[idx[hit]]
+            miss = idx[~hit]
+            position[miss] += 1
+            active[idx[hit]] = False
+            active[miss] = position[miss] < available
+        return HardScan(selected, position, evaluations)
+
+    def hard_context(self, query: Tensor, memory: Tensor, keys: Tensor, selected: Tensor) -> Tensor:
+        """Context for chosen indices; the zero vector where nothing was chosen (-1)."""
+        chosen = selected.clamp(min=0)
+        context = memory[chosen]
+        return context * (selected >= 0).unsqueeze(-1).to(context.dtype)
+
+    @property
+    def lookback(self) -> int:
+        """How many states before the pointer inference still reads (MoChA's chunk)."""
+        return 0
+
+
+class ChunkwiseAttention(MonotonicAttention):
+    """MoChA (Chiu & Raffel, 2018): monotonic choice, then softmax over the w states ending there."""
+
+    def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, memory_dim, cfg)
+        if cfg.chunk_width < 1:
+            raise ValueError(f"attention.chunk_width must be >= 1, got {cfg.chunk_width}")
+        self.chunk_energy = AdditiveEnergy(query_dim, memory_dim, cfg.dim)
+
+    def keys(self, memory: Tensor) -> Tensor:
+        return torch.cat([self.energy.keys(memory), self.chunk_energy.keys(memory)], dim=-1)
+
+    def _split(self, keys: Tensor) -> tuple[Tensor, Tensor]:
+        return keys[..., : self.cfg.dim], keys[..., self.cfg.dim :]
+
+    def soft(
+        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        mono_keys, chunk_keys = self._split(keys)
+        e = self.energy.score(self.energy.query(query).unsqueeze(1), mono_keys)
+        alpha = soft_monotonic_alignment(self._noisy(e), previous, mask)
+        u = self.chunk_energy.score(self.chunk_energy.query(query).unsqueeze(1), chunk_keys)
+        weights = chunkwise_weights(alpha, u, self.cfg.chunk_width, mask)
+        context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
+        return context, alpha, weights
+
+    def scan(self, query: Tensor, keys: Tensor, position: Tensor, available: int) -> HardScan:
+        return super().scan(query, self._split(keys)[0], position, available)
+
+    def hard_context(self, query: Tensor, memory: Tensor, keys: Tensor, selected: Tensor) -> Tensor:
+        width = self.cfg.chunk_width
+        _, chunk_keys = self._split(keys)
+        offsets = torch.arange(-width + 1, 1, device=selected.device)
+        positions = selected.unsqueeze(1) + offsets  # [N, w]
+        valid = positions >= 0
+        positions = positions.clamp(min=0)
+        u = self.chunk_energy.score(
+            self.chunk_energy.query(query).unsqueeze(1), chunk_keys[positions]
+        )
+        weights = torch.softmax(u.masked_fill(~valid, -math.inf), dim=-1)
+        context = (weights.unsqueeze(-1) * memory[positions]).sum(1)
+        return context * (selected >= 0).unsqueeze(-1).to(context.dtype)
+
+    @property
+    def lookback(self) -> int:
+        return self.cfg.chunk_width - 1
+
+
+class SoftmaxAttention(Attention):
+    """Bahdanau attention over the whole memory: the offline baseline (needs complete memory)."""
+
+    monotonic = False
+
+    def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
+        super().__init__(query_dim, memory_dim, cfg)
+        self.energy = AdditiveEnergy(query_dim, memory_dim, cfg.dim)
+
+    def keys(self, memory: Tensor) -> Tensor:
+        return self.energy.keys(memory)
+
+    def soft(
+        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        e = self.energy.score(self.energy.query(query).unsqueeze(1), keys)
+        weights = torch.softmax(e.masked_fill(~mask, -math.inf), dim=-1)
+        context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
+        return context, weights, weights
+
+    def full_context(self, query: Tensor, memory: Tensor, keys: Tensor) -> Tensor:
+        """Context for N queries [N, Q] over one stream's complete memory [T, D]."""
+        e = self.energy.score(self.energy.query(query).unsqueeze(1), keys.unsqueeze(0))
+        return torch.softmax(e, dim=-1) @ memory
+
+
+def build_attention(query_dim: int, memory_dim: int, cfg: AttentionConfig) -> Attention:
+    kinds = {
+        "monotonic": MonotonicAttention,
+        "chunkwise": ChunkwiseAttention,
+        "softmax": SoftmaxAttention,
+    }
+    if cfg.kind not in kinds:
+        raise ValueError(f"attention.kind must be one of {sorted(kinds)}, got {cfg.kind!r}")
+    return kinds[cfg.kind](query_dim, memory_dim, cfg)
+
+
+def initial_alignment(mask: Tensor) -> Tensor:
+    """alpha(0, .): all mass on the first memory state, so the first scan starts at index 0."""
+    alpha = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    alpha[:, 0] = 1.0
+    return alpha
