@@ -1,0 +1,1 @@
+"""Plain data files shipped with the library (phone foldings)."""

@@ -1,0 +1,1 @@
+"""Plain data files for corpus preparation (speaker lists)."""

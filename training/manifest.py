@@ -1,0 +1,240 @@
+"""Manifests: JSON lines describing one utterance each, validated before any training work.
+
+A line is ``{"id", "audio", "text", "duration"[, "offset", "end"]}`` plus optional extra
+fields (``speaker``). Relative audio paths are resolved against the manifest's directory,
+so a corpus directory can be moved with its manifests. Bad lines are reported with their
+line number and id and skipped, so one broken file never stops a long training run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import soundfile
+
+from asr.audio import _sphere_fields  # one SPHERE header parser for decode and checks
+
+REQUIRED = ("id", "audio", "text", "duration")
+SPHERE_MAGIC = b"NIST_1A\n"
+
+
+@dataclass
+class Entry:
+    """One utterance; ``audio`` is an absolute path once read from a manifest."""
+
+    id: str
+    audio: str
+    text: str
+    duration: float
+    offset: float | None = None
+    end: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, base: Path | None = None) -> dict[str, Any]:
+        """JSON form; audio inside ``base`` is written relative to it (portable corpus trees)."""
+        audio = self.audio
+        if base is not None:
+            rel = os.path.relpath(os.path.abspath(audio), os.path.abspath(base))
+            if not rel.startswith(".."):
+                audio = rel
+        row: dict[str, Any] = {
+            "id": self.id,
+            "audio": audio,
+            "text": self.text,
+            "duration": round(self.duration, 4),
+        }
+        if self.offset is not None:
+            row["offset"] = round(self.offset, 4)
+        if self.end is not None:
+            row["end"] = round(self.end, 4)
+        row.update(self.extra)
+        return row
+
+
+@dataclass
+class Skipped:
+    """A manifest line that was left out, and why."""
+
+    line: int
+    id: str | None
+    reason: str
+
+
+@dataclass
+class AudioInfo:
+    frames: int
+    sample_rate: int
+    channels: int
+    coding: str  # "pcm", or e.g. "pcm,embedded-shorten-v2.00" for compressed SPHERE
+
+    @property
+    def duration(self) -> float:
+        return self.frames / self.sample_rate
+
+    @property
+    def shorten(self) -> bool:
+        """Shorten-compressed SPHERE (WSJ) that only sph2pipe can expand."""
+        return "shorten" in self.coding
+
+
+def sphere_header(path: str | Path) -> dict[str, int | float | str]:
+    """The fields of a NIST SPHERE header, reading only the header bytes."""
+    with open(path, "rb") as f:
+        head = f.read(1024)
+        try:
+            size = int(head.split(b"\n")[1])
+        except (IndexError, ValueError):
+            raise ValueError(f"{path}: malformed SPHERE header size") from None
+        if size > len(head):
+            head += f.read(size - len(head))
+    try:
+        return _sphere_fields(head[:size])
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def audio_info(path: str | Path) -> AudioInfo:
+    """Length and format from the file header only (no decoding): WAV/FLAC/..., or SPHERE."""
+    with open(path, "rb") as f:
+        magic = f.read(len(SPHERE_MAGIC))
+    if magic == SPHERE_MAGIC:
+        head = sphere_header(path)
+        try:
+            return AudioInfo(
+                frames=int(head["sample_count"]),
+                sample_rate=int(head["sample_rate"]),
+                channels=int(head.get("channel_count", 1)),
+                coding=str(head.get("sample_coding", "pcm")),
+            )
+        except KeyError as err:
+            raise ValueError(f"{path}: SPHERE header lacks {err.args[0]}") from None
+    try:
+        info = soundfile.info(str(path))
+    except (RuntimeError, soundfile.LibsndfileError) as err:
+        raise ValueError(f"{path}: unreadable audio ({err})") from None
+    return AudioInfo(info.frames, info.samplerate, info.channels, info.subtype.lower())
+
+
+def read_manifest(
+    path: str | Path, check_audio: bool = True, log: TextIO | None = None
+) -> tuple[list[Entry], list[Skipped]]:
+    """Valid entries and the skipped lines; each skip and a final count go to ``log`` (stderr)."""
+    path = Path(path)
+    log = log or sys.stderr
+    base = path.parent
+    entries: list[Entry] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = set()
+    infos: dict[str, AudioInfo] = {}  # segments share one recording: read its header once
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row: Any = json.loads(line)
+            except ValueError as err:
+                row, problem = None, f"bad JSON ({err})"
+            else:
+                problem = _problem(row, base, seen, infos if check_audio else None)
+            if isinstance(problem, str):
+                uid = row.get("id") if isinstance(row, dict) else None
+                uid = uid if isinstance(uid, str) else None
+                skipped.append(Skipped(number, uid, problem))
+                print(f"{path}:{number}: skipping {uid or '<no id>'}: {problem}", file=log)
+                continue
+            seen.add(problem.id)
+            entries.append(problem)
+    if skipped:
+        print(
+            f"{path}: skipped {len(skipped)} of {len(entries) + len(skipped)} lines; "
+            f"{len(entries)} utterances kept",
+            file=log,
+        )
+    return entries, skipped
+
+
+def write_manifest(path: str | Path, entries: Iterable[Entry]) -> int:
+    """Write entries atomically (a reader never sees half a manifest); returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for entry in entries:
+            f.write(json.dumps(entry.to_dict(path.parent), ensure_ascii=False) + "\n")
+            count += 1
+    os.replace(tmp, path)
+    return count
+
+
+def _problem(
+    row: Any, base: Path, seen: set[str], infos: dict[str, AudioInfo] | None
+) -> Entry | str:
+    """The validated entry, or the reason to skip it (audio checked unless ``infos`` is None)."""
+    try:
+        entry = _validate(row, base)
+        if entry.id in seen:
+            return "duplicate id"
+        if infos is not None:
+            _check_audio(entry, infos)
+    except (ValueError, OSError) as err:
+        return str(err)
+    return entry
+
+
+def _number(row: dict[str, Any], key: str) -> float | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _validate(row: Any, base: Path) -> Entry:
+    """Field-level checks that need no file access."""
+    if not isinstance(row, dict):
+        raise ValueError(f"line is not a JSON object: {row!r}")
+    missing = [k for k in REQUIRED if k not in row]
+    if missing:
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
+    uid, audio, text = row["id"], row["audio"], row["text"]
+    if not isinstance(uid, str) or not uid.strip():
+        raise ValueError("id must be a non-empty string")
+    if not isinstance(audio, str) or not audio.strip():
+        raise ValueError("audio must be a non-empty path")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("empty text")
+    duration = _number(row, "duration")
+    offset, end = _number(row, "offset"), _number(row, "end")
+    if duration is None or duration <= 0:
+        raise ValueError(f"duration must be positive, got {row['duration']!r}")
+    if offset is not None and offset < 0:
+        raise ValueError(f"negative offset {offset}")
+    if end is not None and end <= (offset or 0.0):
+        raise ValueError(f"end {end} is not after offset {offset or 0.0}")
+    extra = {k: v for k, v in row.items() if k not in (*REQUIRED, "offset", "end")}
+    return Entry(uid, str(base / audio), " ".join(text.split()), duration, offset, end, extra)
+
+
+def _check_audio(entry: Entry, cache: dict[str, AudioInfo]) -> None:
+    """Existence, non-empty file and a readable header with samples; segments must fit."""
+    info = cache.get(entry.audio)
+    if info is None:
+        audio = Path(entry.audio)
+        if not audio.is_file():
+            raise ValueError(f"audio not found: {audio}")
+        if audio.stat().st_size == 0:
+            raise ValueError(f"empty audio file: {audio}")
+        info = cache[entry.audio] = audio_info(audio)
+    if info.frames <= 0:
+        raise ValueError(f"audio has no samples: {entry.audio}")
+    if entry.offset is not None and entry.offset >= info.duration:
+        raise ValueError(f"offset {entry.offset} is past the end of {entry.audio}")
