@@ -1,0 +1,171 @@
+"""Tests for the synthetic corpus recipe: text normalisation, augmentation, a tiny corpus."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from training.recipes import augment, synth_corpus
+from training.recipes.engines import Espeak
+from training.recipes.sources import clean_pairs
+from training.recipes.textnorm import is_clean, normalize
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("I have 3 cats.", "i have three cats"),
+        ("It cost $5.50 today", "it cost five dollars and fifty cents today"),
+        ("Only $1 and £2", "only one dollar and two pounds"),
+        ("a $3 million deal", "a three million dollars deal"),
+        ("25% off", "twenty five percent off"),
+        ("the 21st and 2nd and 100th", "the twenty first and second and one hundredth"),
+        (
+            "in 1984 and 2005 and 1900",
+            "in nineteen eighty four and two thousand five and nineteen hundred",
+        ),
+        ("in 1905 and 2019", "in nineteen oh five and two thousand nineteen"),
+        ("pi is 3.14", "pi is three point one four"),
+        ("1,250,000 people", "one million two hundred fifty thousand people"),
+        ("the 1960s and the 80s", "the nineteen sixties and the eighties"),
+        ("at 10:30 or 9:05", "at ten thirty or nine oh five"),
+        ("Salt & pepper + 2", "salt and pepper plus two"),
+        ("It's -7 outside", "it's minus seven outside"),
+        ('"Well-known," she said; OK?', "well known she said ok"),
+        ("a 101 dalmatians", "a one hundred one dalmatians"),
+    ],
+)
+def test_normalize(raw: str, expected: str) -> None:
+    assert normalize(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("sentence", "keep"),
+    [
+        ("The quick brown fox jumps over the lazy dog.", True),
+        ("It cost $5 in 1984.", True),
+        ("Too short.", False),
+        (" ".join(["word"] * 21), False),
+        ("The NASA rocket flew high.", False),
+        ("Mr. Smith went to town today.", False),
+        ("See http://example.com for more.", False),
+        ("Q: What is it that you want?", False),
+        ("What the fuck is going on here?", False),
+        ("The B52 bomber flew over us.", False),
+        ("Caf\u00e9 au lait is nice today.", False),
+    ],
+)
+def test_is_clean(sentence: str, keep: bool) -> None:
+    assert is_clean(sentence) is keep
+
+
+def test_clean_pairs_dedupe_and_alphabet() -> None:
+    pairs = clean_pairs(["I paid $5 for it.", "i paid five dollars for it", "Bad Q: no way here"])
+    assert pairs == [("I paid five dollars for it.", "i paid five dollars for it")]
+    assert set(pairs[0][1]) <= set("abcdefghijklmnopqrstuvwxyz' ")
+
+
+def tone(seconds: float = 1.0) -> np.ndarray:
+    t = np.arange(int(seconds * augment.RATE)) / augment.RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))).astype(
+        np.float32
+    )
+
+
+@pytest.mark.parametrize("color", ["white", "pink", "brown"])
+@pytest.mark.parametrize("snr", [5.0, 17.5, 30.0])
+def test_noise_hits_snr(color: str, snr: float) -> None:
+    x = tone()
+    y = augment.add_noise(x, snr, color, np.random.default_rng(1))
+    measured = 10 * np.log10(augment.power(x) / augment.power(y - x))
+    assert len(y) == len(x) and y.dtype == np.float32
+    assert abs(measured - snr) < 0.5
+
+
+def test_length_preserving_ops() -> None:
+    x = tone()
+    rng = np.random.default_rng(0)
+    outputs = [
+        augment.reverberate(x, augment.synthetic_rir(0.5, rng)),
+        augment.band_limit(x, 300, 3400),
+        augment.telephone(x, mulaw=True),
+        augment.telephone(x, mulaw=False),
+        augment.gain(x, -6.0),
+    ]
+    for y in outputs:
+        assert y.shape == x.shape and y.dtype == np.float32
+    assert np.isclose(augment.power(outputs[0]), augment.power(x), rtol=1e-3)
+    assert np.allclose(outputs[-1], x * 10 ** (-6 / 20), atol=1e-6)
+    spectrum = np.abs(
+        np.fft.rfft(augment.band_limit(augment.colored_noise(16000, "white", rng), 300, 3400))
+    )
+    assert spectrum[5000:].max() < 1e-3 * spectrum[500:3000].max()
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+def test_speed_changes_length_by_factor(factor: float) -> None:
+    x = tone()
+    assert abs(len(augment.speed(x, factor)) - len(x) / factor) <= 2
+
+
+def test_plan_and_apply_are_reproducible() -> None:
+    ops = augment.plan_augmentation(random.Random(3), rirs=[])
+    assert ops and ops == augment.plan_augmentation(random.Random(3), rirs=[])
+    x = tone()
+    assert np.array_equal(augment.apply(x, ops, seed=9), augment.apply(x, ops, seed=9))
+
+
+PAIRS = [
+    (f"Sentence number {w} is spoken here.", f"sentence number {w} is spoken here")
+    for w in "one two three four five six seven eight nine ten eleven twelve".split()
+]
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(synth_corpus, "load_sentences", lambda: PAIRS)
+    calls: list[int] = []
+    original = Espeak.synthesize
+
+    def counting(self: Espeak, voice: str, items: list) -> list:
+        calls.append(len(items))
+        return original(self, voice, items)
+
+    monkeypatch.setattr(Espeak, "synthesize", counting)
+    argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.008", "--test-size", "2"]
+    assert synth_corpus.main(argv) == 0
+    made = sum(calls)
+    assert made >= 10
+
+    manifests = {
+        split: [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
+        for split in synth_corpus.SPLITS
+    }
+    assert [len(manifests[s]) for s in synth_corpus.SPLITS[1:]] == [2, 2]
+    for split, lines in manifests.items():
+        for line in lines:
+            assert set(synth_corpus.MANIFEST_KEYS) <= set(line)
+            data, rate = sf.read(tmp_path / line["audio"], dtype="int16")
+            info = sf.info(tmp_path / line["audio"])
+            assert (rate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+            assert abs(len(data) / rate - line["duration"]) < 1e-3
+            held = synth_corpus.is_held_out(line["engine"], line["voice"])
+            assert held == (split == "test_unseen_voices")
+            if split != "train":
+                assert line["aug"] == []
+    train_text = {line["text"] for line in manifests["train"]}
+    seen = {line["text"] for line in manifests["test_seen_voices"]}
+    unseen = {line["text"] for line in manifests["test_unseen_voices"]}
+    assert not (train_text & seen) and not (train_text & unseen) and not (seen & unseen)
+
+    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.wav")}
+    assert synth_corpus.main(argv) == 0
+    assert sum(calls) == made, "a rerun must not synthesise finished utterances again"
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.wav")} == mtimes
+    assert (tmp_path / "train.jsonl").read_text().count("\n") == len(manifests["train"])

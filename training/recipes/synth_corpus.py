@@ -1,0 +1,416 @@
+"""Build a synthetic English speech corpus from offline TTS engines, resumably.
+
+    python -m training.recipes.synth_corpus --out DIR [--hours H] [--seed S] [--jobs N]
+        [--engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4] [--install]
+
+Writes 16 kHz mono 16-bit WAVs under DIR/wavs/<split>/<engine>/ and the manifests
+DIR/train.jsonl, DIR/test_seen_voices.jsonl and DIR/test_unseen_voices.jsonl. Each line
+is {"id", "audio", "text", "duration", "engine", "voice", "params", "aug"}; "audio" is
+relative to the manifest's directory. Test sentences never occur in train; the
+unseen-voices test uses only voices in HELD_OUT, which train never uses.
+
+The plan (who says what, with which prosody and augmentation) is a pure function of the
+seed, the sentence sources, the engines and the hours, and utterance ids hash their
+content, so a rerun skips every utterance already in DIR/progress.jsonl with its WAV on
+disk. WAVs are written atomically; the journal is appended once per finished batch and
+the manifests are rewritten from it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+import soxr
+from tqdm import tqdm
+
+from training.recipes import augment
+from training.recipes.engines import ENGINES, Engine, Params
+from training.recipes.sources import FORTUNE_DIR, WORDNET_DIR, load_sentences
+
+RATE = 16000
+SPLITS = ("train", "test_seen_voices", "test_unseen_voices")
+DEFAULT_WEIGHTS = {"espeak": 0.25, "flite": 0.15, "festival": 0.2, "piper": 0.4}
+TEXT_APT = ("fortunes", "fortunes-min", "wordnet-base")
+# Whole voices that only the unseen-voices test uses. piper has a single voice, so it
+# cannot be held out; espeak holds out variants under every accent.
+HELD_OUT = {
+    "espeak": ("m4", "f2", "klatt3", "steph", "benjamin"),
+    "flite": ("rms",),
+    "festival": ("ked_diphone",),
+}
+BATCH = {"festival": 16, "piper": 8}
+JOURNAL = "progress.jsonl"
+
+
+@dataclass
+class Utterance:
+    """One planned utterance; everything needed to make it, and its manifest entry."""
+
+    split: str
+    engine: str
+    voice: str
+    spoken: str
+    text: str
+    params: Params
+    aug: list[dict[str, Any]] = field(default_factory=list)
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        """Content hash, so a changed plan never reuses a stale WAV."""
+        key = json.dumps([self.split, self.voice, self.spoken, self.params, self.aug, self.seed])
+        digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+        return f"{self.split}-{self.engine}-{self.voice}-{digest}"
+
+    @property
+    def audio(self) -> str:
+        """WAV path relative to the output (manifest) directory."""
+        return f"wavs/{self.split}/{self.engine}/{self.id}.wav"
+
+
+def is_held_out(engine: str, voice: str) -> bool:
+    """Whether `voice` belongs to the unseen-voices test only."""
+    held = HELD_OUT.get(engine, ())
+    return voice.split("+")[-1] in held if engine == "espeak" else voice in held
+
+
+def estimate_seconds(text: str) -> float:
+    """Rough spoken length, measured on these engines at their default rates."""
+    return 0.3 + 0.31 * len(text.split())
+
+
+def plan_corpus(
+    pairs: list[tuple[str, str]],
+    voices: dict[str, list[str]],
+    weights: dict[str, float],
+    hours: float,
+    test_size: int,
+    seed: int,
+    aug_prob: float,
+    rirs: list[str],
+) -> list[Utterance]:
+    """Deterministic plan: split sentences, then give engines audio time by their weights.
+
+    Engines are picked by smallest (planned seconds / weight), so the mix matches the
+    weights in estimated audio time; voices and prosody are drawn at random per utterance.
+    Only train utterances are augmented (with probability `aug_prob`): test sets stay clean.
+    """
+    rng = random.Random(seed)
+    order = list(pairs)
+    rng.shuffle(order)
+    sentences = {
+        "test_seen_voices": order[:test_size],
+        "test_unseen_voices": order[test_size : 2 * test_size],
+        "train": order[2 * test_size :],
+    }
+    split_voices = {
+        split: {
+            engine: [v for v in vs if is_held_out(engine, v) == (split == "test_unseen_voices")]
+            for engine, vs in voices.items()
+        }
+        for split in SPLITS
+    }
+    plan: list[Utterance] = []
+    for split in ("test_seen_voices", "test_unseen_voices", "train"):
+        usable = {e: w for e, w in weights.items() if split_voices[split].get(e)}
+        if not usable or not sentences[split]:
+            continue
+        planned = dict.fromkeys(usable, 0.0)
+        budget = max(hours * 3600 - sum(estimate_seconds(u.text) for u in plan), 0.0)
+        for i in range(10**9):
+            if split != "train" and i == len(sentences[split]):
+                break
+            if split == "train" and sum(planned.values()) >= budget:
+                break
+            spoken, text = sentences[split][i % len(sentences[split])]
+            engine = min(usable, key=lambda e: planned[e] / usable[e])
+            planned[engine] += estimate_seconds(text)
+            aug = (
+                augment.plan_augmentation(rng, rirs)
+                if split == "train" and rng.random() < aug_prob
+                else []
+            )
+            plan.append(
+                Utterance(
+                    split=split,
+                    engine=engine,
+                    voice=rng.choice(split_voices[split][engine]),
+                    spoken=spoken,
+                    text=text,
+                    params=ENGINES[engine].params(rng),
+                    aug=aug,
+                    seed=rng.randrange(2**31),
+                )
+            )
+    return plan
+
+
+def trim_silence(x: np.ndarray, keep: float = 0.15, floor_db: float = -45.0) -> np.ndarray:
+    """Cut leading and trailing silence beyond `keep` seconds (engines pad generously)."""
+    frame = RATE // 100
+    n = len(x) // frame
+    if n == 0:
+        return x
+    energy = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
+    loud = np.flatnonzero(energy > energy.max() * 10 ** (floor_db / 20))
+    start = max(loud[0] * frame - int(keep * RATE), 0)
+    end = min((loud[-1] + 1) * frame + int(keep * RATE), len(x))
+    return x[start:end]
+
+
+def write_wav(path: Path, x: np.ndarray) -> None:
+    """Write 16-bit PCM atomically: a killed run never leaves a truncated WAV behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    sf.write(tmp, x, RATE, subtype="PCM_16", format="WAV")
+    os.replace(tmp, path)
+
+
+def synthesize_batch(batch: list[Utterance], out: Path) -> list[dict[str, Any]]:
+    """Make one voice's batch: synthesise, resample, trim, augment, write. Runs in workers."""
+    first = batch[0]
+    start = time.perf_counter()
+    try:
+        audio = ENGINES[first.engine].synthesize(first.voice, [(u.spoken, u.params) for u in batch])
+    except Exception as exc:  # reported, and retried on the next run
+        return [{"id": u.id, "error": f"{type(exc).__name__}: {exc}"} for u in batch]
+    share = (time.perf_counter() - start) / len(batch)
+    records = []
+    for utt, (samples, rate) in zip(batch, audio, strict=True):
+        clean = trim_silence(soxr.resample(samples, rate, RATE) if rate != RATE else samples)
+        x = augment.apply(clean, utt.aug, utt.seed) if utt.aug else clean
+        write_wav(out / utt.audio, x)
+        records.append(
+            {
+                "id": utt.id,
+                "audio": utt.audio,
+                "text": utt.text,
+                "duration": round(len(x) / RATE, 3),
+                "split": utt.split,
+                "engine": utt.engine,
+                "voice": utt.voice,
+                "params": utt.params,
+                "aug": utt.aug,
+                "clean_duration": round(len(clean) / RATE, 3),
+                "synth_seconds": round(share, 4),
+            }
+        )
+    return records
+
+
+def load_journal(out: Path) -> dict[str, dict[str, Any]]:
+    """Finished records whose WAV still exists; a torn last line from a kill is ignored."""
+    path = out / JOURNAL
+    done: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if (out / record["audio"]).exists():
+                done[record["id"]] = record
+    return done
+
+
+def batches(todo: list[Utterance], seed: int) -> list[list[Utterance]]:
+    """Group by voice (engines amortise start-up) and shuffle, so the ETA sees every engine."""
+    by_voice: dict[tuple[str, str], list[Utterance]] = defaultdict(list)
+    for utt in todo:
+        by_voice[utt.engine, utt.voice].append(utt)
+    groups = [
+        items[i : i + BATCH.get(engine, 16)]
+        for (engine, _), items in by_voice.items()
+        for i in range(0, len(items), BATCH.get(engine, 16))
+    ]
+    random.Random(seed).shuffle(groups)
+    return groups
+
+
+def run_batches(groups: list[list[Utterance]], out: Path, jobs: int) -> Iterator[list[dict]]:
+    """Results batch by batch, in this process for --jobs 1, else from a process pool."""
+    work = partial(synthesize_batch, out=out)
+    if jobs <= 1:
+        yield from map(work, groups)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap_unordered(work, groups)
+
+
+MANIFEST_KEYS = ("id", "audio", "text", "duration", "engine", "voice", "params", "aug")
+
+
+def write_manifests(out: Path, plan: list[Utterance], done: dict[str, dict[str, Any]]) -> None:
+    """One JSON-lines manifest per split, in plan order, each replaced atomically."""
+    for split in SPLITS:
+        lines = [
+            json.dumps({k: done[u.id][k] for k in MANIFEST_KEYS})
+            for u in plan
+            if u.split == split and u.id in done
+        ]
+        tmp = out / f"{split}.jsonl.part"
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(tmp, out / f"{split}.jsonl")
+
+
+def summary(plan: list[Utterance], done: dict[str, dict[str, Any]]) -> str:
+    """Per-engine and per-split table: utterances, hours, synthesis speed (audio s per s)."""
+    rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for utt in plan:
+        if utt.id in done:
+            record = done[utt.id]
+            for key in (utt.engine, utt.split):
+                row = rows[key]
+                row[0] += 1
+                row[1] += record["duration"] / 3600
+                row[2] += record["clean_duration"]
+                row[3] += record["synth_seconds"]
+    lines = [f"{'':20s} {'utts':>7s} {'hours':>7s} {'speed':>8s}"]
+    for key in [*ENGINES, *SPLITS]:
+        if key in rows:
+            n, hours, clean, secs = rows[key]
+            speed = f"{clean / secs:7.1f}x" if secs else "      -"
+            lines.append(f"{key:20s} {int(n):7d} {hours:7.2f} {speed:>8s}")
+    return "\n".join(lines)
+
+
+def parse_engines(specs: list[str]) -> dict[str, float]:
+    """`name` or `name=weight` items; bare names take their default weight."""
+    weights = {}
+    for spec in specs:
+        name, _, weight = spec.partition("=")
+        if name not in ENGINES:
+            raise SystemExit(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
+        weights[name] = float(weight) if weight else DEFAULT_WEIGHTS[name]
+    return weights
+
+
+def install(engines: list[Engine], text_missing: bool) -> None:
+    """Install the Debian and PyPI packages the chosen engines (and text sources) need."""
+    apt = [pkg for e in engines for pkg in e.apt] + (list(TEXT_APT) if text_missing else [])
+    pip = [pkg for e in engines for pkg in e.pip]
+    if apt:
+        subprocess.run(["apt-get", "update"], check=True)
+        subprocess.run(["apt-get", "install", "-y", *apt], check=True)
+    if pip:
+        subprocess.run([sys.executable, "-m", "pip", "install", *pip], check=True)
+
+
+def check_setup(weights: dict[str, float], do_install: bool) -> dict[str, list[str]]:
+    """Voices per engine; installs (--install) or exits saying what is missing and how to get it."""
+
+    def problems() -> list[str]:
+        found = [
+            f"  {name}: {why}\n    install: {ENGINES[name].install_hint()}"
+            for name in weights
+            if (why := ENGINES[name].missing())
+        ]
+        if not (FORTUNE_DIR.exists() or WORDNET_DIR.exists()):
+            found.append(
+                "  text: no fortune or WordNet data\n    install: apt-get install -y "
+                + " ".join(TEXT_APT)
+            )
+        return found
+
+    missing = problems()
+    if missing and do_install:
+        install([ENGINES[n] for n in weights if ENGINES[n].missing()], not FORTUNE_DIR.exists())
+        missing = problems()
+    if missing:
+        raise SystemExit(
+            "missing requirements:\n"
+            + "\n".join(missing)
+            + "\nrerun with --install, or leave the engine out of --engines"
+        )
+    return {name: ENGINES[name].voices() for name in weights}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--hours", type=float, default=8.0, help="total audio to aim for")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        default=[f"{k}={v}" for k, v in DEFAULT_WEIGHTS.items()],
+        help="engines with optional share of audio time, e.g. espeak=0.3 piper=0.7",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument("--test-size", type=int, default=300, help="utterances per test split")
+    parser.add_argument("--aug-prob", type=float, default=0.8, help="share of train augmented")
+    parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
+    parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    weights = parse_engines(args.engines)
+    voices = check_setup(weights, args.install)
+    pairs = load_sentences()
+    if args.max_sentences:
+        pairs = pairs[: args.max_sentences]
+    rirs = augment.available_rirs()
+    plan = plan_corpus(
+        pairs, voices, weights, args.hours, args.test_size, args.seed, args.aug_prob, rirs
+    )
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps(vars(args) | {"out": str(out)}, indent=1))
+    done = load_journal(out)
+    todo = [u for u in plan if u.id not in done]
+    print(
+        f"{len(pairs)} sentences, {sum(map(len, voices.values()))} voices, "
+        f"{len(rirs)} recorded RIRs; plan {len(plan)} utterances, {len(plan) - len(todo)} done",
+        flush=True,
+    )
+    errors: list[str] = []
+    hours = sum(r["duration"] for r in done.values() if r["id"] in {u.id for u in plan}) / 3600
+    with (
+        open(out / JOURNAL, "a", encoding="utf-8") as journal,
+        tqdm(
+            total=len(plan),
+            initial=len(plan) - len(todo),
+            unit="utt",
+            smoothing=0.05,
+            mininterval=1 if sys.stderr.isatty() else 30,  # a log file gets a line per 30 s
+        ) as bar,
+    ):
+        bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
+        for records in run_batches(batches(todo, args.seed), out, args.jobs):
+            for record in records:
+                if "error" in record:
+                    errors.append(f"{record['id']}: {record['error']}")
+                    continue
+                done[record["id"]] = record
+                hours += record["duration"] / 3600
+                journal.write(json.dumps(record) + "\n")
+            journal.flush()
+            bar.update(len(records))
+            bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
+    write_manifests(out, plan, done)
+    print(summary(plan, done))
+    if errors:
+        print(f"{len(errors)} utterances failed (rerun to retry):", *errors[:10], sep="\n  ")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
