@@ -87,8 +87,11 @@ class DecodeConfig:
     """Search and endpointing, used identically offline and in streaming."""
 
     beam_size: int = 1
-    max_tokens_per_state: float = 2.0  # maximum output length relative to encoder states
+    max_tokens_per_state: int = (
+        6  # tokens one encoder state may select in a row; then the scan moves on
+    )
     max_tokens: int = 200  # hard cap per segment
+    max_segment_s: float = 30.0  # force an endpoint after this much audio in one segment
     endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence

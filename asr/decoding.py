@@ -1,0 +1,304 @@
+"""Online search with hard monotonic attention: one code path for offline and streaming decoding.
+
+:class:`SegmentSearch` decodes one stream. Encoder states are appended as they
+arrive; each hypothesis scans them from its persistent pointer and a token is
+emitted as soon as the state that selects it exists. When a scan runs off the
+end of the states that exist, the search waits for more. Greedy search is beam
+search with one hypothesis. Offline decoding feeds the same object all states
+of an utterance, so streaming and offline results agree token for token.
+
+Endpointing: a segment ends when the best hypothesis emits end-of-sentence (if
+``endpoint_on_eos``), when the memory is complete and a scan finds nothing
+(the paper's "no state chosen"), or when the caller forces it (trailing
+silence, maximum segment length). The decoder is then reset and the next
+segment starts at the state where the last one ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from asr.attention import MonotonicAttention, SoftmaxAttention
+from asr.config import DecodeConfig
+from asr.model import EOS_ID, DecoderState, Seq2Seq
+
+
+@dataclass
+class Segment:
+    """A finished segment: token ids and the encoder-state span it covers."""
+
+    tokens: list[int]
+    positions: list[int]  # selected encoder state per token (absolute index; -1: none)
+    start: int  # first encoder state of the segment
+    end: int  # encoder state after the last one of the segment
+
+
+@dataclass
+class _Beam:
+    """N live hypotheses, all at the same output step."""
+
+    state: DecoderState
+    tokens: list[list[int]]
+    positions: list[list[int]]
+    scores: Tensor  # [N] log-probabilities
+    pointer: Tensor  # [N] absolute index the next scan starts from
+    repeats: Tensor  # [N] tokens already selected at ``pointer``
+    # the step in progress (its query exists, its scans may wait for memory)
+    pending: tuple[Tensor, list[Tensor], list[Tensor]] | None = None
+    scan_position: Tensor | None = None
+    selected: Tensor | None = None
+    resolved: Tensor | None = None
+    evaluations: int = 0
+
+
+@dataclass
+class _Memory:
+    """Encoder states and their projected keys, kept from ``offset`` on."""
+
+    states: Tensor
+    keys: Tensor
+    offset: int = 0
+    total: int = 0  # states received so far (absolute)
+
+    def append(self, states: Tensor, keys: Tensor) -> None:
+        self.states = torch.cat([self.states, states])
+        self.keys = torch.cat([self.keys, keys])
+        self.total += states.shape[0]
+
+    def drop_before(self, index: int) -> None:
+        cut = index - self.offset
+        if cut > 0:
+            self.states = self.states[cut:]
+            self.keys = self.keys[cut:]
+            self.offset = index
+
+
+@dataclass
+class SegmentSearch:
+    """Incremental hard-attention search over one stream (see module docstring)."""
+
+    model: Seq2Seq
+    cfg: DecodeConfig
+    memory: _Memory = field(init=False)
+    beam: _Beam = field(init=False)
+    segment_start: int = field(init=False, default=0)
+    evaluations: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.cfg.beam_size < 1 or self.cfg.max_tokens < 1 or self.cfg.max_tokens_per_state < 1:
+            raise ValueError(
+                "decode.beam_size, max_tokens and max_tokens_per_state must be >= 1, got "
+                f"{self.cfg.beam_size}, {self.cfg.max_tokens}, {self.cfg.max_tokens_per_state}"
+            )
+        attention = self.model.decoder.attention
+        dim = self.model.cfg.encoder.units
+        self.memory = _Memory(torch.zeros(0, dim), attention.keys(torch.zeros(0, dim)))
+        self.beam = self._fresh_beam(0)
+
+    # -- public ---------------------------------------------------------------
+    @property
+    def retained_states(self) -> int:
+        return self.memory.states.shape[0]
+
+    @property
+    def states_seen(self) -> int:
+        return self.memory.total
+
+    def append(self, states: Tensor) -> None:
+        """Add encoder states [n, D] (projecting their keys once)."""
+        if states.shape[0]:
+            self.memory.append(states, self.model.decoder.attention.keys(states))
+
+    def advance(self, complete: bool = False) -> tuple[list[int], Segment | None]:
+        """Decode as far as the memory allows.
+
+        Returns the current stable prefix of the segment (tokens every live
+        hypothesis agrees on) and the segment if it ended. At most one
+        segment ends per call, so callers loop while a segment comes back.
+        """
+        while True:
+            outcome = self._step(complete)
+            if outcome is None:  # waiting for memory
+                return self.stable_prefix(), None
+            if isinstance(outcome, Segment):
+                return [], outcome
+
+    def end_segment(self) -> Segment | None:
+        """Force the current segment to end here (trailing silence, length limit)."""
+        while True:
+            outcome = self._step(complete=True)
+            if isinstance(outcome, Segment):
+                return outcome if outcome.tokens else None
+
+    def stable_prefix(self) -> list[int]:
+        tokens = self.beam.tokens
+        prefix = tokens[0]
+        for other in tokens[1:]:
+            n = 0
+            while n < min(len(prefix), len(other)) and prefix[n] == other[n]:
+                n += 1
+            prefix = prefix[:n]
+        return list(prefix)
+
+    # -- the search -------------------------------------------------------------
+    def _fresh_beam(self, start: int) -> _Beam:
+        return _Beam(
+            state=self.model.decoder.initial_state(1),
+            tokens=[[]],
+            positions=[[]],
+            scores=torch.zeros(1),
+            pointer=torch.full((1,), start, dtype=torch.long),
+            repeats=torch.zeros(1, dtype=torch.long),
+        )
+
+    def _step(self, complete: bool) -> Segment | None | bool:
+        """One output step for the whole beam: None = wait, Segment = ended, True = stepped."""
+        beam = self.beam
+        decoder = self.model.decoder
+        attention = decoder.attention
+        if beam.pending is None:
+            beam.pending = decoder.query(beam.state)
+            n = beam.scores.shape[0]
+            # A state may select at most ``max_tokens_per_state`` tokens in a row.
+            beam.scan_position = (
+                beam.pointer + (beam.repeats >= self.cfg.max_tokens_per_state).long()
+            )
+            beam.selected = torch.full((n,), -1, dtype=torch.long)
+            beam.resolved = torch.zeros(n, dtype=torch.bool)
+        query, hs, cs = beam.pending
+        memory = self.memory
+
+        if isinstance(attention, SoftmaxAttention):
+            if not complete:
+                return None
+            states = memory.states[self.segment_start - memory.offset :]
+            if states.shape[0] == 0:
+                return self._close(None)
+            keys = memory.keys[self.segment_start - memory.offset :]
+            context = attention.full_context(query, states, keys)
+            beam.selected = torch.full_like(beam.pointer, memory.total - 1)
+        else:
+            assert isinstance(attention, MonotonicAttention)
+            todo = (~beam.resolved).nonzero().squeeze(1)
+            if todo.numel():
+                scan = attention.scan(
+                    query[todo],
+                    memory.keys,
+                    beam.scan_position[todo] - memory.offset,
+                    memory.total - memory.offset,
+                )
+                self.evaluations += scan.evaluations
+                beam.scan_position[todo] = scan.position + memory.offset
+                hit = scan.selected >= 0
+                beam.selected[todo[hit]] = scan.selected[hit] + memory.offset
+                beam.resolved[todo[hit]] = True
+            if not bool(beam.resolved.all()):
+                if not complete:
+                    return None
+                # Memory is complete and these scans found nothing: "no state chosen".
+            local = torch.where(beam.selected >= 0, beam.selected - memory.offset, beam.selected)
+            context = attention.hard_context(query, memory.states, memory.keys, local)
+
+        log_probs = torch.log_softmax(decoder.logits(query, context), dim=-1)
+        return self._extend(log_probs, context, hs, cs)
+
+    def _extend(self, log_probs: Tensor, context: Tensor, hs: list[Tensor], cs: list[Tensor]):
+        beam = self.beam
+        n, vocab = log_probs.shape
+        ran_off = beam.selected < 0
+        # A hypothesis whose scan found nothing in complete memory can only end.
+        log_probs = log_probs.clone()
+        log_probs[ran_off] = float("-inf")
+        log_probs[ran_off, EOS_ID] = 0.0
+        if not self.cfg.endpoint_on_eos:
+            log_probs[~ran_off, EOS_ID] = float("-inf")
+        total = (beam.scores.unsqueeze(1) + log_probs).view(-1)
+        k = min(self.cfg.beam_size, total.numel())
+        best_scores, best = total.topk(k)
+        hyp = torch.div(best, vocab, rounding_mode="floor")
+        token = best % vocab
+        if int(token[0]) == EOS_ID:
+            return self._close(int(hyp[0]))
+        keep = token != EOS_ID
+        hyp, token, best_scores = hyp[keep], token[keep], best_scores[keep]
+        selected = beam.selected[hyp]
+        self._adopt(hyp, token, best_scores, selected, context, hs, cs)
+        if len(self.beam.tokens[0]) >= self.cfg.max_tokens:
+            # Cap reached: end with the best hypothesis, resume after its last state.
+            last = self.beam.positions[0][-1]
+            return self._close(0, last + 1 if last >= 0 else self.memory.total)
+        return True
+
+    def _adopt(self, hyp, token, scores, selected, context, hs, cs) -> None:
+        beam = self.beam
+        same = selected == beam.pointer[hyp]
+        self.beam = _Beam(
+            state=DecoderState([h[hyp] for h in hs], [c[hyp] for c in cs], token, context[hyp]),
+            tokens=[beam.tokens[i] + [t] for i, t in zip(hyp.tolist(), token.tolist())],
+            positions=[beam.positions[i] + [p] for i, p in zip(hyp.tolist(), selected.tolist())],
+            scores=scores,
+            pointer=selected,
+            repeats=torch.where(same, beam.repeats[hyp] + 1, torch.ones_like(selected)),
+        )
+        self._trim()
+
+    def _close(self, index: int | None, next_start: int | None = None) -> Segment:
+        """End the segment with hypothesis ``index`` and reset the decoder.
+
+        By default the next segment starts at the state where this one's
+        end-of-sentence was chosen (or after all memory, if none was).
+        """
+        beam = self.beam
+        tokens = beam.tokens[index] if index is not None else []
+        positions = beam.positions[index] if index is not None else []
+        if next_start is None:
+            eos_at = int(beam.selected[index]) if index is not None else -1
+            next_start = eos_at if eos_at >= 0 else self.memory.total
+        # Every segment moves the start forward, so decoding always terminates.
+        next_start = max(next_start, self.segment_start + 1)
+        segment = Segment(tokens, positions, self.segment_start, next_start)
+        self.restart_at(next_start)
+        return segment
+
+    def restart_at(self, index: int) -> None:
+        """Begin a fresh segment at state ``index`` (after a forced endpoint)."""
+        self.segment_start = index
+        self.beam = self._fresh_beam(index)
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop states no hypothesis can read again: bounded memory for endless streams."""
+        attention = self.model.decoder.attention
+        if isinstance(attention, SoftmaxAttention):
+            keep_from = self.segment_start
+        else:
+            keep_from = int(self.beam.pointer.min()) - attention.lookback
+        self.memory.drop_before(max(0, min(keep_from, self.memory.total)))
+
+
+@torch.no_grad()
+def decode_batch(
+    model: Seq2Seq, feats: Tensor, feat_lens: Tensor, cfg: DecodeConfig
+) -> list[list[Segment]]:
+    """Offline decoding of a padded batch: encoder batched, then the online search per utterance."""
+    model.eval()
+    memory, mem_lens = model.encode(feats, feat_lens)
+    results = []
+    for b in range(memory.shape[0]):
+        search = SegmentSearch(model, cfg)
+        search.append(memory[b, : int(mem_lens[b])])
+        results.append(drain(search))
+    return results
+
+
+def drain(search: SegmentSearch) -> list[Segment]:
+    """Run a search over complete memory to the end, collecting every non-empty segment."""
+    segments = []
+    while search.segment_start < search.states_seen:
+        _, segment = search.advance(complete=True)
+        if segment is not None and segment.tokens:
+            segments.append(segment)
+    return segments

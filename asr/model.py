@@ -1,0 +1,274 @@
+"""The Listen-Attend-Spell model with a unidirectional encoder, so that it can run online.
+
+The encoder keeps its LSTM states and the frames still waiting to be stacked
+by the pyramid between calls, so running it chunk by chunk gives exactly the
+states of one whole-utterance call. Training runs the same modules over whole
+padded batches with teacher forcing and soft attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from asr.attention import build_attention, initial_alignment
+from asr.config import DecoderConfig, EncoderConfig, ModelConfig
+from asr.tokenizer import BLANK_ID, EOS_ID
+
+
+@dataclass
+class EncoderState:
+    """What one stream carries between encoder calls: per layer, pending frames and (h, c)."""
+
+    pending: list[Tensor]
+    lstm: list[tuple[Tensor, Tensor] | None]
+
+
+class Encoder(nn.Module):
+    """Unidirectional LSTM stack; before layer i, ``reductions[i]`` frames are stacked (LAS pyramid)."""
+
+    def __init__(self, cfg: EncoderConfig, input_dim: int) -> None:
+        super().__init__()
+        if not cfg.reductions or len(cfg.reductions) != cfg.layers:
+            raise ValueError(
+                f"encoder.reductions needs one factor per layer ({cfg.layers}), got {cfg.reductions}"
+            )
+        if any(r < 1 for r in cfg.reductions):
+            raise ValueError(f"encoder.reductions must be >= 1, got {cfg.reductions}")
+        self.cfg = cfg
+        self.input_dim = input_dim
+        self.register_buffer("cmvn_mean", torch.zeros(input_dim))
+        self.register_buffer("cmvn_std", torch.ones(input_dim))
+        dims = [input_dim] + [cfg.units] * (cfg.layers - 1)
+        self.lstms = nn.ModuleList(
+            nn.LSTM(d * r, cfg.units, batch_first=True) for d, r in zip(dims, cfg.reductions)
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    @property
+    def reduction(self) -> int:
+        """Input frames per encoder state."""
+        total = 1
+        for r in self.cfg.reductions:
+            total *= r
+        return total
+
+    def normalize(self, feats: Tensor) -> Tensor:
+        return (feats - self.cmvn_mean) / self.cmvn_std
+
+    def output_lengths(self, lengths: Tensor) -> Tensor:
+        return torch.div(lengths, self.reduction, rounding_mode="floor")
+
+    def initial_state(self, batch: int = 1) -> EncoderState:
+        return EncoderState(
+            pending=[torch.zeros(batch, 0, d) for d in self._layer_inputs()],
+            lstm=[None] * self.cfg.layers,
+        )
+
+    def _layer_inputs(self) -> list[int]:
+        return [self.input_dim] + [self.cfg.units] * (self.cfg.layers - 1)
+
+    def forward(
+        self, feats: Tensor, state: EncoderState | None = None
+    ) -> tuple[Tensor, EncoderState]:
+        """Normalised features [B, T, F] -> states [B, T // reduction, units] (chunk-invariant)."""
+        if state is None:
+            state = self.initial_state(feats.shape[0])
+        pending: list[Tensor] = []
+        lstm_states: list[tuple[Tensor, Tensor] | None] = []
+        x = feats
+        for i, (lstm, r) in enumerate(zip(self.lstms, self.cfg.reductions)):
+            x = torch.cat([state.pending[i], x], dim=1)
+            usable = x.shape[1] // r * r
+            pending.append(x[:, usable:])
+            x = x[:, :usable].reshape(x.shape[0], usable // r, x.shape[2] * r)
+            if i > 0:
+                x = self.dropout(x)
+            if x.shape[1] > 0:
+                x, hc = lstm(x, state.lstm[i])
+                lstm_states.append(hc)
+            else:
+                x = x.new_zeros(x.shape[0], 0, self.cfg.units)
+                lstm_states.append(state.lstm[i])
+        return x, EncoderState(pending, lstm_states)
+
+
+@dataclass
+class DecoderState:
+    """Recurrent state of N hypotheses: per-layer (h, c), last token, last context."""
+
+    h: list[Tensor]
+    c: list[Tensor]
+    token: Tensor
+    context: Tensor
+
+    def select(self, index: Tensor) -> DecoderState:
+        return DecoderState(
+            [h[index] for h in self.h],
+            [c[index] for c in self.c],
+            self.token[index],
+            self.context[index],
+        )
+
+
+class Decoder(nn.Module):
+    """LSTM decoder: s(i) = LSTM([embed(y(i-1)); c(i-1)], s(i-1)); attention with query s(i)."""
+
+    def __init__(
+        self, cfg: DecoderConfig, model_cfg: ModelConfig, vocab_size: int, memory_dim: int
+    ) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.memory_dim = memory_dim
+        self.embed = nn.Embedding(vocab_size, cfg.embed_dim)
+        self.cells = nn.ModuleList(
+            nn.LSTMCell((cfg.embed_dim + memory_dim) if i == 0 else cfg.units, cfg.units)
+            for i in range(cfg.layers)
+        )
+        self.attention = build_attention(cfg.units, memory_dim, model_cfg.attention)
+        self.hidden = nn.Linear(cfg.units + memory_dim, cfg.embed_dim)
+        self.out = nn.Linear(cfg.embed_dim, vocab_size)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def initial_state(self, batch: int) -> DecoderState:
+        zeros = torch.zeros(batch, self.cfg.units)
+        return DecoderState(
+            [zeros] * self.cfg.layers,
+            [zeros] * self.cfg.layers,
+            torch.full((batch,), EOS_ID, dtype=torch.long),
+            torch.zeros(batch, self.memory_dim),
+        )
+
+    def query(self, state: DecoderState) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Advance the LSTM by the previous token and context: (query, new h, new c)."""
+        x = torch.cat([self.embed(state.token), state.context], dim=-1)
+        hs, cs = [], []
+        for i, cell in enumerate(self.cells):
+            h, c = cell(self.dropout(x) if i > 0 else x, (state.h[i], state.c[i]))
+            hs.append(h)
+            cs.append(c)
+            x = h
+        return x, hs, cs
+
+    def logits(self, query: Tensor, context: Tensor) -> Tensor:
+        hidden = torch.tanh(self.hidden(self.dropout(torch.cat([query, context], dim=-1))))
+        return self.out(self.dropout(hidden))
+
+    def teacher_forced(
+        self, memory: Tensor, mask: Tensor, tokens_in: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Logits [B, U, V] and attention weights [B, U, T] with soft attention."""
+        batch, steps = tokens_in.shape
+        keys = self.attention.keys(memory)
+        state = self.initial_state(batch)
+        alignment = initial_alignment(mask)
+        all_logits, all_weights = [], []
+        for i in range(steps):
+            state = DecoderState(state.h, state.c, tokens_in[:, i], state.context)
+            query, hs, cs = self.query(state)
+            context, alignment, weights = self.attention.soft(query, memory, keys, mask, alignment)
+            all_logits.append(self.logits(query, context))
+            all_weights.append(weights)
+            state = DecoderState(hs, cs, state.token, context)
+        return torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder, attention decoder and an optional CTC head on the encoder."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        if vocab_size < 4:
+            raise ValueError(f"vocab_size must be at least 4 (3 specials + 1), got {vocab_size}")
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.encoder = Encoder(cfg.encoder, cfg.features.num_mel_bins)
+        self.decoder = Decoder(cfg.decoder, cfg, vocab_size, cfg.encoder.units)
+        self.ctc = nn.Linear(cfg.encoder.units, vocab_size) if cfg.ctc_weight > 0 else None
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def set_cmvn(self, mean: Tensor, std: Tensor) -> None:
+        self.encoder.cmvn_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.encoder.cmvn_std.copy_(torch.as_tensor(std, dtype=torch.float32))
+
+    def encode(
+        self,
+        feats: Tensor,
+        feat_lens: Tensor,
+        feature_transform: Callable[[Tensor, Tensor], Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Raw features -> (memory [B, T', D], lengths [B]); ``feature_transform`` (e.g. SpecAugment) sees normalised features."""
+        x = self.encoder.normalize(feats)
+        if feature_transform is not None:
+            x = feature_transform(x, feat_lens)
+        memory, _ = self.encoder(x)
+        return memory, self.encoder.output_lengths(feat_lens)
+
+    def forward_teacher(
+        self,
+        feats: Tensor,
+        feat_lens: Tensor,
+        targets: Tensor,
+        target_lens: Tensor,
+        feature_transform: Callable[[Tensor, Tensor], Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(logits [B, U+1, V], weights [B, U+1, T'], targets with EOS, memory, memory lengths)."""
+        memory, mem_lens = self.encode(feats, feat_lens, feature_transform)
+        if int(mem_lens.min()) < 1:
+            raise ValueError(
+                f"an utterance is shorter than one encoder state ({self.encoder.reduction} frames)"
+            )
+        mask = torch.arange(memory.shape[1]).unsqueeze(0) < mem_lens.unsqueeze(1)
+        batch = targets.shape[0]
+        eos = torch.full((batch, 1), EOS_ID, dtype=torch.long)
+        tokens_in = torch.cat([eos, targets], dim=1)
+        tokens_out = torch.cat([targets, torch.zeros_like(eos)], dim=1)
+        tokens_out[torch.arange(batch), target_lens] = EOS_ID
+        logits, weights = self.decoder.teacher_forced(memory, mask, tokens_in)
+        return logits, weights, tokens_out, memory, mem_lens
+
+    def compute_loss(
+        self,
+        feats: Tensor,
+        feat_lens: Tensor,
+        targets: Tensor,
+        target_lens: Tensor,
+        feature_transform: Callable[[Tensor, Tensor], Tensor] | None = None,
+        label_smoothing: float = 0.0,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Mean per-token cross entropy (plus ctc_weight x CTC); targets 0-padded, without EOS."""
+        logits, _, tokens_out, memory, mem_lens = self.forward_teacher(
+            feats, feat_lens, targets, target_lens, feature_transform
+        )
+        valid = tokens_out != BLANK_ID
+        att_loss = F.cross_entropy(
+            logits[valid], tokens_out[valid], label_smoothing=label_smoothing
+        )
+        stats = {
+            "att_loss": float(att_loss.detach()),
+            "tokens": int(valid.sum()),
+            "accuracy": float((logits[valid].argmax(-1) == tokens_out[valid]).float().mean()),
+        }
+        loss = att_loss
+        if self.ctc is not None:
+            log_probs = F.log_softmax(self.ctc(memory), dim=-1).transpose(0, 1)
+            ctc_loss = F.ctc_loss(
+                log_probs, targets, mem_lens, target_lens, blank=BLANK_ID, zero_infinity=True
+            ) / target_lens.float().mean().clamp(min=1)
+            stats["ctc_loss"] = float(ctc_loss.detach())
+            loss = (1 - self.cfg.ctc_weight) * att_loss + self.cfg.ctc_weight * ctc_loss
+        stats["loss"] = float(loss.detach())
+        return loss, stats
+
+    @torch.no_grad()
+    def attention_maps(
+        self, feats: Tensor, feat_lens: Tensor, targets: Tensor, target_lens: Tensor
+    ) -> Tensor:
+        """Soft attention weights [B, U+1, T'] under teacher forcing (for plots)."""
+        return self.forward_teacher(feats, feat_lens, targets, target_lens)[1]

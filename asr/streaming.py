@@ -1,0 +1,169 @@
+"""The streaming session: audio in, partial and final events out, with a persistent pointer.
+
+Each :meth:`StreamingSession.accept` resamples the new audio, extends the
+filterbank frames, runs the encoder on them from its carried state, and hands
+the new encoder states to the search one at a time, so every decision (token,
+endpoint) happens at the same state whatever the chunking. Feeding a whole
+file at once is therefore offline decoding: the two give the same transcript.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+from asr.audio import StreamResampler, check_sample_rate, check_samples
+from asr.config import Config
+from asr.decoding import Segment, SegmentSearch
+from asr.events import Event
+from asr.features import StreamingFbank
+from asr.model import Seq2Seq
+from asr.tokenizer import Tokenizer
+
+
+class StreamingSession:
+    """One audio stream. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self, model: Seq2Seq, tokenizer: Tokenizer, config: Config, sample_rate: int
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.sample_rate = check_sample_rate(sample_rate)
+        features = config.model.features
+        self._resampler = StreamResampler(self.sample_rate, features.sample_rate)
+        self._fbank = StreamingFbank(features)
+        self._encoder_state = model.encoder.initial_state(1)
+        self._search = SegmentSearch(model, config.decode)
+        self._hop = int(round(features.sample_rate * features.frame_shift_ms / 1000))
+        self._hop_tail = np.zeros(0, dtype=np.float32)
+        self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
+        self._frames_per_state = model.encoder.reduction
+        self.state_seconds = self._frames_per_state * features.frame_shift_ms / 1000
+        self._silent_states = 0
+        self._segment = 0
+        self._partial: list[int] = []
+        self._finished = False
+        self.audio_seconds = 0.0
+
+    # -- public -----------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def retained_states(self) -> int:
+        """Encoder states held in memory (bounded: older ones are dropped)."""
+        return self._search.retained_states
+
+    @property
+    def energy_evaluations(self) -> int:
+        return self._search.evaluations
+
+    @torch.no_grad()
+    def accept(self, samples: np.ndarray) -> list[Event]:
+        """Feed audio at the session's sample rate (float in [-1, 1] or int16); return new events."""
+        if self._finished:
+            raise ValueError("accept() after finish(): start a new session")
+        x = check_samples(samples)  # validates before any state changes
+        self.audio_seconds += len(x) / self.sample_rate
+        return self._consume(self._resampler.process(x), last=False)
+
+    @torch.no_grad()
+    def finish(self) -> list[Event]:
+        """Flush the audio pipeline and the decoder; return the last events."""
+        if self._finished:
+            raise ValueError("finish() called twice")
+        self._finished = True
+        events = self._consume(self._resampler.flush(), last=True)
+        search = self._search
+        while search.segment_start < search.states_seen:
+            _, segment = search.advance(complete=True)
+            events += self._final(segment)
+        return events
+
+    # -- pipeline ---------------------------------------------------------------
+    def _consume(self, audio16k: np.ndarray, last: bool) -> list[Event]:
+        self._track_loudness(audio16k)
+        frames = self._fbank.accept(audio16k) if len(audio16k) else np.zeros((0, 1))
+        events: list[Event] = []
+        if len(frames) == 0:
+            return events
+        feats = self.model.encoder.normalize(torch.from_numpy(frames).unsqueeze(0))
+        states, self._encoder_state = self.model.encoder(feats, self._encoder_state)
+        for state in states[0]:
+            events += self._on_state(state.unsqueeze(0))
+        return events
+
+    def _on_state(self, state: torch.Tensor) -> list[Event]:
+        search = self._search
+        decode = self.config.decode
+        search.append(state)
+        silent = self._state_is_silent()
+        self._silent_states = self._silent_states + 1 if silent else 0
+        events: list[Event] = []
+        while True:
+            prefix, segment = search.advance(complete=False)
+            if segment is None:
+                break
+            events += self._final(segment)
+        if prefix != self._partial:
+            self._partial = prefix
+            events.append(self._event("partial", prefix, search.segment_start, search.states_seen))
+        # Forced endpoints, checked at every state so that chunking cannot move them.
+        seconds_in_segment = (search.states_seen - search.segment_start) * self.state_seconds
+        trailing_silence = self._silent_states * self.state_seconds
+        if (
+            decode.endpoint_silence_s > 0
+            and trailing_silence >= decode.endpoint_silence_s
+            and self._partial
+        ) or seconds_in_segment >= decode.max_segment_s:
+            segment = search.end_segment()
+            events += self._final(segment)
+            search.restart_at(search.states_seen)
+        return events
+
+    def _final(self, segment: Segment | None) -> list[Event]:
+        self._partial = []
+        if segment is None or not segment.tokens:
+            return []
+        event = self._event("final", segment.tokens, segment.start, segment.end, segment.positions)
+        self._segment += 1
+        return [event]
+
+    def _event(
+        self,
+        kind: str,
+        tokens: list[int],
+        start: int,
+        end: int,
+        positions: list[int] | None = None,
+    ) -> Event:
+        if positions and positions[-1] >= 0:
+            end = min(end, positions[-1] + 1)
+        return Event(
+            kind=kind,  # type: ignore[arg-type]
+            segment=self._segment,
+            text=self.tokenizer.decode(tokens),
+            tokens=self.tokenizer.pieces(tokens),
+            start=round(start * self.state_seconds, 3),
+            end=round(end * self.state_seconds, 3),
+        )
+
+    # -- trailing-silence detection ----------------------------------------------
+    def _track_loudness(self, audio16k: np.ndarray) -> None:
+        """Loudness (dBFS) of every complete frame-shift hop; hop k starts frame k."""
+        x = np.concatenate([self._hop_tail, audio16k])
+        hops = len(x) // self._hop
+        if hops:
+            power = np.mean(x[: hops * self._hop].reshape(hops, self._hop) ** 2, axis=1)
+            self._hop_db.extend((10 * np.log10(power + 1e-12)).tolist())
+        self._hop_tail = x[hops * self._hop :]
+
+    def _state_is_silent(self) -> bool:
+        n = min(self._frames_per_state, len(self._hop_db))
+        loudest = max((self._hop_db.popleft() for _ in range(n)), default=-120.0)
+        return loudest < self.config.decode.silence_threshold_db

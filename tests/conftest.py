@@ -1,0 +1,121 @@
+"""Shared fixtures: real speech made with espeak-ng, and small model bundles built for real."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asr.audio import read_audio
+from asr.bundle import save_bundle
+from asr.config import Config
+from asr.features import CMVN, Fbank
+from asr.model import Seq2Seq
+from asr.tokenizer import SentencePieceTokenizer
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "she sells sea shells by the sea shore",
+    "a stitch in time saves nine",
+    "all that glitters is not gold",
+    "the early bird catches the worm",
+    "actions speak louder than words",
+    "better late than never",
+    "every cloud has a silver lining",
+    "practice makes perfect",
+    "time flies when you are having fun",
+    "where there is smoke there is fire",
+    "two wrongs do not make a right",
+    "the pen is mightier than the sword",
+    "when in rome do as the romans do",
+    "fortune favours the bold",
+    "knowledge is power",
+    "look before you leap",
+    "no news is good news",
+    "rome was not built in a day",
+    "the grass is always greener on the other side",
+    "you can not judge a book by its cover",
+    "an apple a day keeps the doctor away",
+]
+
+
+def espeak(text: str, path: Path, voice: str = "en-us", speed: int = 160) -> Path:
+    """Speak ``text`` into a WAV file with espeak-ng (22.05 kHz mono)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
+    subprocess.run(
+        ["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(path), text],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Twenty-two spoken sentences as WAV files, with their texts in ``texts.txt``."""
+    root = tmp_path_factory.mktemp("speech")
+    for i, text in enumerate(SENTENCES):
+        espeak(text, root / f"utt{i:02d}.wav")
+    (root / "texts.txt").write_text("\n".join(SENTENCES) + "\n")
+    return root
+
+
+def speech_files(speech_dir: Path) -> list[tuple[Path, str]]:
+    return [(speech_dir / f"utt{i:02d}.wav", t) for i, t in enumerate(SENTENCES)]
+
+
+def build_bundle(
+    out: Path,
+    speech_dir: Path,
+    attention: str = "monotonic",
+    seed: int = 0,
+    overrides: list[str] | None = None,
+) -> Path:
+    """A small random-weight bundle with a real tokenizer and real CMVN statistics.
+
+    The monotonic energy's offset r is set to 0 so that an untrained model
+    still selects states and emits tokens (r = -4 would make it silent).
+    """
+    torch.manual_seed(seed)
+    config = Config()
+    data = config.to_dict()
+    data["model"]["encoder"].update(layers=2, units=64, reductions=[2, 2])
+    data["model"]["decoder"].update(units=64, embed_dim=32)
+    data["model"]["attention"].update(kind=attention, dim=32, init_r=0.0)
+    data["model"]["tokenizer"].update(vocab_size=40)
+    data["decode"].update(max_tokens=40)
+    from asr.config import apply_override
+
+    for item in overrides or []:
+        apply_override(data, item)
+    config = Config.from_dict(data)
+    tokenizer = SentencePieceTokenizer.train(
+        SENTENCES, out.parent / f"{out.name}-sp", config.model.tokenizer.vocab_size
+    )
+    cmvn = CMVN()
+    fbank = Fbank(config.model.features)
+    for wav, _ in speech_files(speech_dir)[:5]:
+        samples, rate = read_audio(wav)
+        from asr.audio import resample
+
+        cmvn.accumulate(fbank.compute(resample(samples, rate, 16000)))
+    cmvn.finalize()
+    model = Seq2Seq(config.model, tokenizer.vocab_size)
+    return save_bundle(
+        out, config, model, out.parent / f"{out.name}-sp.model", cmvn, "# test bundle\n"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
+    """A tiny monotonic-attention bundle (random weights, real tokenizer and CMVN)."""
+    return build_bundle(tmp_path_factory.mktemp("bundle") / "tiny", speech_dir)
+
+
+def load_speech(path: Path) -> tuple[np.ndarray, int]:
+    return read_audio(path)
