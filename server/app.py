@@ -1,0 +1,179 @@
+"""FastAPI app factory: WebSocket streaming, HTTP transcription, health, metrics, browser page."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.datastructures import UploadFile
+
+from asr.audio import decode_pcm, read_audio
+from server import protocol
+from server.protocol import ProtocolError, Result, Start, Transcription, validate
+from server.settings import Settings
+from server.state import ServerState
+from server.stream import serve_stream
+
+STATIC = Path(__file__).parent / "static"
+
+
+class HTTPFault(Exception):
+    """An HTTP request refused with a status and a typed error body."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the app; the model loads in the background once the app starts."""
+    state = ServerState(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.start()
+        loading = asyncio.create_task(state.load())
+        try:
+            yield
+        finally:
+            await state.drain()  # no-op when the server already drained before closing sockets
+            loading.cancel()
+            await asyncio.gather(loading, return_exceptions=True)
+            await state.stop()
+
+    app = FastAPI(title="monotonic-asr", version="1", lifespan=lifespan)
+    app.state.asr = state
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.exception_handler(HTTPFault)
+    async def _fault(request: Request, err: HTTPFault) -> JSONResponse:
+        state.metrics.errors.labels(err.code).inc()
+        body = {"type": "error", "code": err.code, "message": err.message}
+        return JSONResponse(body, status_code=err.status)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if state.ready:
+            return JSONResponse({"status": "ready", "model": str(settings.model)})
+        status = (
+            "error"
+            if state.load_error
+            else "shutting down"
+            if state.closing.is_set()
+            else "loading"
+        )
+        return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/schemas")
+    async def schemas() -> dict:
+        return protocol.schemas()
+
+    @app.websocket("/v1/stream")
+    async def stream(ws: WebSocket) -> None:
+        await serve_stream(ws, state)
+
+    @app.post("/v1/transcribe", response_model=Transcription)
+    async def transcribe(
+        request: Request, sample_rate: int | None = None, encoding: str = "pcm_s16le"
+    ) -> Transcription:
+        """Multipart ``file`` (WAV/FLAC/...), or a raw PCM body with ?sample_rate=&encoding=."""
+        if not state.authorized(request.headers, request.query_params):
+            raise HTTPFault(401, "unauthorized", "missing or wrong API key")
+        if not state.ready:
+            raise HTTPFault(503, "not_ready", "the model is not loaded")
+        started = time.perf_counter()
+        body = await _read_body(request, settings.max_upload_bytes)
+        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+            samples, rate = await _read_upload(request, body)
+        else:
+            samples, rate = _decode_raw(body, sample_rate, encoding)
+        duration = len(samples) / rate
+        state.metrics.add_audio(duration)
+        try:
+            computing = time.perf_counter()
+            events = await state.worker.run(state.recognizer.transcribe_segments, samples, rate)
+            state.metrics.add_compute(time.perf_counter() - computing)
+        except ValueError as err:
+            raise HTTPFault(400, "invalid_audio", str(err)) from None
+        state.metrics.http_latency.observe(time.perf_counter() - started)
+        return Transcription(
+            text=" ".join(e.text for e in events if e.final and e.text),
+            duration=duration,
+            segments=[Result.from_event(e) for e in events],
+        )
+
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPFault(413, "too_large", f"request body exceeds {limit} bytes")
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPFault(413, "too_large", f"request body exceeds {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def _read_upload(request: Request, body: bytes) -> tuple[np.ndarray, int]:
+    """Decode the multipart ``file`` field with ``asr.audio.read_audio`` (format from content)."""
+
+    async def replay() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    form = await Request(request.scope, replay).form()
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise HTTPFault(400, "invalid_message", "multipart body needs a 'file' field")
+    data = await upload.read()
+    suffix = Path(upload.filename or "").suffix
+    try:
+        return await asyncio.to_thread(_read_audio_bytes, data, suffix)
+    except ValueError as err:
+        raise HTTPFault(400, "invalid_audio", f"cannot decode the uploaded file: {err}") from None
+
+
+def _read_audio_bytes(data: bytes, suffix: str) -> tuple[np.ndarray, int]:
+    with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
+        tmp.write(data)
+        tmp.flush()
+        return read_audio(tmp.name)
+
+
+def _decode_raw(body: bytes, sample_rate: int | None, encoding: str) -> tuple[np.ndarray, int]:
+    """Raw PCM needs its rate and encoding declared, with the same rules as a stream's start."""
+    if sample_rate is None:
+        raise HTTPFault(400, "invalid_message", "raw PCM needs ?sample_rate= (and &encoding=)")
+    try:
+        start = validate(Start, {"type": "start", "sample_rate": sample_rate, "encoding": encoding})
+    except ProtocolError as err:
+        raise HTTPFault(400, err.code.value, err.message) from None
+    try:
+        return decode_pcm(body, start.encoding), start.sample_rate
+    except ValueError as err:
+        raise HTTPFault(400, "invalid_audio", str(err)) from None

@@ -1,0 +1,153 @@
+"""Run model work off the event loop, batched across sessions.
+
+Sessions submit steps (new audio for ``accept``, or ``finish``) to one queue.
+A worker takes up to ``max_size`` pending steps, waiting at most ``max_wait``
+for a batch to fill, and runs them all in a single executor hop on one model
+thread. Each step's outcome (events or exception) goes back to its own
+session only, so a failing or slow client never blocks or breaks another.
+
+``step_each`` runs the steps one by one; a true batched encoder step can
+replace it without touching the server: any callable with the ``BatchStep``
+signature works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from asr.events import Event
+
+T = TypeVar("T")
+
+
+class Stream(Protocol):
+    """The part of ``asr.streaming.StreamingSession`` the worker drives."""
+
+    def accept(self, samples: np.ndarray) -> list[Event]: ...
+
+    def finish(self) -> list[Event]: ...
+
+
+@dataclass
+class Step:
+    """One unit of work: feed ``samples`` to ``stream``, or finish it when ``samples`` is None."""
+
+    stream: Stream
+    samples: np.ndarray | None
+    future: asyncio.Future[list[Event]] = field(repr=False)
+
+
+BatchStep = Callable[[Sequence[Step]], list["list[Event] | Exception"]]
+
+
+def step_each(steps: Sequence[Step]) -> list[list[Event] | Exception]:
+    """Run steps one after another, capturing each step's exception separately."""
+    outcomes: list[list[Event] | Exception] = []
+    for step in steps:
+        try:
+            if step.samples is None:
+                outcomes.append(step.stream.finish())
+            else:
+                outcomes.append(step.stream.accept(step.samples))
+        except Exception as err:  # delivered to the step's own session only
+            outcomes.append(err)
+    return outcomes
+
+
+class BatchWorker:
+    """A queue of streaming steps served by one model thread."""
+
+    def __init__(
+        self,
+        max_size: int,
+        max_wait_s: float,
+        run_batch: BatchStep = step_each,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.max_size = max_size
+        self.max_wait_s = max_wait_s
+        self.run_batch = run_batch
+        self.on_batch = on_batch  # (batch size, seconds of compute) for metrics
+        # one thread: torch already spreads a step over the cores, and a single
+        # owner of the model keeps batches in order
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-model")
+        self._queue: asyncio.Queue[Step] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._serve(), name="asr-batcher")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        while not self._queue.empty():
+            step = self._queue.get_nowait()
+            if not step.future.done():
+                step.future.set_exception(RuntimeError("the model worker has stopped"))
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def accept(self, stream: Stream, samples: np.ndarray) -> list[Event]:
+        return await self._submit(stream, samples)
+
+    async def finish(self, stream: Stream) -> list[Event]:
+        return await self._submit(stream, None)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run non-streaming model work (whole-file transcription) on the model thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _submit(self, stream: Stream, samples: np.ndarray | None) -> list[Event]:
+        future: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(Step(stream, samples, future))
+        return await future
+
+    async def _collect(self) -> list[Step]:
+        batch = [await self._queue.get()]
+        deadline = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_size:
+            if not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+            except asyncio.TimeoutError:
+                break
+        # a session that went away while queued no longer needs its step
+        return [step for step in batch if not step.future.done()]
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = await self._collect()
+            if not batch:
+                continue
+            started = time.perf_counter()
+            try:
+                outcomes = await loop.run_in_executor(self._executor, self.run_batch, batch)
+            except Exception as err:  # a broken batch fails its steps, not the worker
+                outcomes = [err] * len(batch)
+            if len(outcomes) != len(batch):
+                broken = RuntimeError(
+                    f"batch step gave {len(outcomes)} outcomes for {len(batch)} steps"
+                )
+                outcomes = [broken] * len(batch)
+            if self.on_batch is not None:
+                self.on_batch(len(batch), time.perf_counter() - started)
+            for step, outcome in zip(batch, outcomes, strict=True):
+                if step.future.done():
+                    continue
+                if isinstance(outcome, Exception):
+                    step.future.set_exception(outcome)
+                else:
+                    step.future.set_result(outcome)

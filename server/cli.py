@@ -1,0 +1,90 @@
+"""Run the streaming recognition server (WebSocket /v1/stream, HTTP /v1/transcribe, browser page at /).
+
+The API key may also come from the ASR_API_KEY environment variable, which
+keeps it out of the process list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from server.app import create_app
+from server.settings import DEFAULT_MODEL, Settings
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn closes WebSockets with 1012 on shutdown; flush sessions (finals, end) first."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting while the open sessions drain
+        app: FastAPI = self.config.app
+        await app.state.asr.drain()
+        await super().shutdown(sockets)
+
+
+def build_server(settings: Settings, log_level: str = "info") -> DrainingServer:
+    """A uvicorn server for ``settings``; frames up to 4x the app limit reach the app,
+    which answers them with a typed ``frame_too_large`` error instead of a bare close."""
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        ws_max_size=4 * settings.max_frame_bytes,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(settings.shutdown_timeout_s) + 5,
+    )
+    return DrainingServer(config)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = Settings()
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model bundle directory")
+    parser.add_argument("--host", default=d.host)
+    parser.add_argument("--port", type=int, default=d.port)
+    parser.add_argument("--max-sessions", type=int, default=d.max_sessions)
+    parser.add_argument("--max-frame-bytes", type=int, default=d.max_frame_bytes)
+    parser.add_argument("--max-upload-bytes", type=int, default=d.max_upload_bytes)
+    parser.add_argument("--idle-timeout", type=float, default=d.idle_timeout_s, metavar="S")
+    parser.add_argument("--max-session", type=float, default=d.max_session_s, metavar="S")
+    parser.add_argument("--api-key", default=os.environ.get("ASR_API_KEY") or None)
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="browser origin allowed to stream (repeatable; default: any)",
+    )
+    parser.add_argument("--batch-size", type=int, default=d.batch_max_size)
+    parser.add_argument("--batch-wait-ms", type=float, default=d.batch_max_wait_ms)
+    parser.add_argument("--log-level", default="info")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not (args.model / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no model bundle at {args.model} (expected {args.model / 'config.json'}); "
+            "pass --model DIR"
+        )
+    settings = Settings(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        max_frame_bytes=args.max_frame_bytes,
+        max_upload_bytes=args.max_upload_bytes,
+        idle_timeout_s=args.idle_timeout,
+        max_session_s=args.max_session,
+        api_key=args.api_key,
+        allowed_origins=args.allow_origin,
+        batch_max_size=args.batch_size,
+        batch_max_wait_ms=args.batch_wait_ms,
+    )
+    build_server(settings, args.log_level).run()
+    return 0

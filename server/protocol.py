@@ -1,0 +1,219 @@
+"""The /v1/stream wire protocol: typed JSON control frames, binary audio frames.
+
+Client -> server: ``start`` (sample rate, encoding), binary audio, ``stop``.
+Server -> client: ``ready``, ``partial``/``final`` results, ``end``, ``error``.
+A message is dispatched on its ``type`` field and validated against its model;
+nothing is ever recognised by looking for substrings.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated, Any, Literal, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from asr.events import Event
+
+MIN_SAMPLE_RATE = 8000
+MAX_SAMPLE_RATE = 48000
+Encoding = Literal["pcm_s16le", "f32le"]
+
+
+class ErrorCode(str, Enum):
+    """Machine-readable error kinds; each maps to one WebSocket close code."""
+
+    BAD_JSON = "bad_json"
+    INVALID_MESSAGE = "invalid_message"
+    UNKNOWN_TYPE = "unknown_type"
+    AUDIO_BEFORE_START = "audio_before_start"
+    ALREADY_STARTED = "already_started"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
+    INVALID_AUDIO = "invalid_audio"
+    FRAME_TOO_LARGE = "frame_too_large"
+    UNAUTHORIZED = "unauthorized"
+    ORIGIN_NOT_ALLOWED = "origin_not_allowed"
+    TOO_MANY_SESSIONS = "too_many_sessions"
+    NOT_READY = "not_ready"
+    IDLE_TIMEOUT = "idle_timeout"
+    SESSION_TOO_LONG = "session_too_long"
+    INTERNAL = "internal_error"
+
+
+class CloseCode:
+    """RFC 6455 close codes used by the server."""
+
+    NORMAL = 1000
+    GOING_AWAY = 1001  # server shutdown, after flushing
+    UNSUPPORTED_DATA = 1003
+    INVALID_PAYLOAD = 1007
+    POLICY = 1008
+    TOO_BIG = 1009
+    INTERNAL = 1011
+    TRY_AGAIN_LATER = 1013
+
+
+CLOSE_CODES: dict[ErrorCode, int] = {
+    ErrorCode.BAD_JSON: CloseCode.INVALID_PAYLOAD,
+    ErrorCode.INVALID_MESSAGE: CloseCode.INVALID_PAYLOAD,
+    ErrorCode.UNKNOWN_TYPE: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.AUDIO_BEFORE_START: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.ALREADY_STARTED: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.UNSUPPORTED_SAMPLE_RATE: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.UNSUPPORTED_ENCODING: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.INVALID_AUDIO: CloseCode.INVALID_PAYLOAD,
+    ErrorCode.FRAME_TOO_LARGE: CloseCode.TOO_BIG,
+    ErrorCode.UNAUTHORIZED: CloseCode.POLICY,
+    ErrorCode.ORIGIN_NOT_ALLOWED: CloseCode.POLICY,
+    ErrorCode.TOO_MANY_SESSIONS: CloseCode.TRY_AGAIN_LATER,
+    ErrorCode.NOT_READY: CloseCode.TRY_AGAIN_LATER,
+    ErrorCode.IDLE_TIMEOUT: CloseCode.POLICY,
+    ErrorCode.SESSION_TOO_LONG: CloseCode.POLICY,
+    ErrorCode.INTERNAL: CloseCode.INTERNAL,
+}
+
+
+class ProtocolError(Exception):
+    """A fault that ends one session with a typed error message and a close code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def close_code(self) -> int:
+        return CLOSE_CODES[self.code]
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+M = TypeVar("M", bound=_Message)
+
+
+# --- client -> server --------------------------------------------------------
+
+
+class Start(_Message):
+    """First frame of a session: how the binary frames that follow are encoded."""
+
+    type: Literal["start"] = "start"
+    sample_rate: int = Field(ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE)
+    encoding: Encoding = "pcm_s16le"
+
+
+class Stop(_Message):
+    """No more audio: flush, send the last finals and ``end``, then close."""
+
+    type: Literal["stop"] = "stop"
+
+
+ClientMessage = Annotated[Union[Start, Stop], Field(discriminator="type")]  # noqa: UP007
+_CLIENT_TYPES: dict[str, type[_Message]] = {"start": Start, "stop": Stop}
+# a present but unacceptable value of these fields has its own error code
+_FIELD_CODES = {
+    "sample_rate": ErrorCode.UNSUPPORTED_SAMPLE_RATE,
+    "encoding": ErrorCode.UNSUPPORTED_ENCODING,
+}
+
+
+def parse_client_message(text: str) -> Start | Stop:
+    """Decode one text frame, dispatching on its ``type`` field."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ProtocolError(ErrorCode.BAD_JSON, f"control frame is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, "a control frame must be a JSON object")
+    kind = data.get("type")
+    model = _CLIENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"unknown message type {kind!r}; expected one of {sorted(_CLIENT_TYPES)}",
+        )
+    return validate(model, data)
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    """Validate a client message, mapping field problems to their typed error codes."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = err.errors(include_url=False)
+        code = next(
+            (
+                _FIELD_CODES[p["loc"][0]]
+                for p in problems
+                if p["type"] != "missing" and p["loc"] and p["loc"][0] in _FIELD_CODES
+            ),
+            ErrorCode.INVALID_MESSAGE,
+        )
+        detail = "; ".join(f"{'.'.join(map(str, p['loc']))}: {p['msg']}" for p in problems)
+        raise ProtocolError(code, f"invalid {data.get('type')} message: {detail}") from None
+
+
+# --- server -> client --------------------------------------------------------
+
+
+class Ready(_Message):
+    """The session exists; audio frames may follow."""
+
+    type: Literal["ready"] = "ready"
+    session_id: str
+
+
+class Result(_Message):
+    """A hypothesis for one segment; a ``final`` never changes, partials may."""
+
+    type: Literal["partial", "final"]
+    segment: int
+    text: str
+    tokens: list[str]
+    start: float
+    end: float
+    final: bool
+
+    @classmethod
+    def from_event(cls, event: Event) -> Result:
+        return cls(type=event.kind, **{k: v for k, v in event.to_dict().items() if k != "kind"})
+
+
+class End(_Message):
+    """Last message of a completed session; the server closes right after it."""
+
+    type: Literal["end"] = "end"
+    reason: Literal["stop", "shutdown"] = "stop"
+
+
+class Error(_Message):
+    """A fault; the server closes with the matching close code right after it."""
+
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+
+
+ServerMessage = Annotated[Union[Ready, Result, End, Error], Field(discriminator="type")]  # noqa: UP007
+
+
+class Transcription(_Message):
+    """Response of POST /v1/transcribe."""
+
+    text: str
+    duration: float
+    segments: list[Result]
+
+
+def schemas() -> dict[str, Any]:
+    """JSON schemas of both directions plus the error -> close code table."""
+    return {
+        "client": TypeAdapter(ClientMessage).json_schema(),
+        "server": TypeAdapter(ServerMessage).json_schema(),
+        "transcription": Transcription.model_json_schema(),
+        "close_codes": {code.value: close for code, close in CLOSE_CODES.items()},
+    }

@@ -1,0 +1,53 @@
+"""Server settings: one dataclass shared by the app factory, the CLI and the tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MODEL = Path("models/default")
+
+
+@dataclass
+class Settings:
+    """Everything the server needs besides the model itself.
+
+    Limits exist so that one misbehaving client can never starve the others:
+    every session costs model state and a slot in the batching queue.
+    """
+
+    model: Path = DEFAULT_MODEL
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_sessions: int = 64
+    max_frame_bytes: int = 256 * 1024  # one WebSocket message, text or binary
+    max_upload_bytes: int = 64 * 1024 * 1024  # POST /v1/transcribe body
+    idle_timeout_s: float = 30.0  # no frame for this long ends the session
+    max_session_s: float = 3600.0  # wall-clock cap on one session
+    api_key: str | None = None  # None: no authentication
+    allowed_origins: list[str] = field(default_factory=list)  # empty: any origin; "*" too
+    batch_max_size: int = 32  # streaming steps run in one executor hop
+    batch_max_wait_ms: float = 5.0  # how long a non-full batch waits for company
+    shutdown_timeout_s: float = 10.0  # graceful flush of open sessions on shutdown
+
+    def __post_init__(self) -> None:
+        self.model = Path(self.model)
+        positive = {
+            "max_sessions": self.max_sessions,
+            "max_frame_bytes": self.max_frame_bytes,
+            "max_upload_bytes": self.max_upload_bytes,
+            "idle_timeout_s": self.idle_timeout_s,
+            "max_session_s": self.max_session_s,
+            "batch_max_size": self.batch_max_size,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.batch_max_wait_ms < 0:
+            raise ValueError(f"batch_max_wait_ms must be >= 0, got {self.batch_max_wait_ms}")
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        """Non-browser clients send no Origin header; browsers must be on the allow-list."""
+        if origin is None or not self.allowed_origins or "*" in self.allowed_origins:
+            return True
+        return origin.rstrip("/") in {o.rstrip("/") for o in self.allowed_origins}

@@ -1,0 +1,101 @@
+"""Process-wide server state: the model, the batching worker, limits and open sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from server.batching import BatchWorker
+from server.metrics import Metrics
+from server.protocol import ErrorCode, ProtocolError
+from server.settings import Settings
+
+if TYPE_CHECKING:
+    from asr.recognizer import Recognizer
+
+log = logging.getLogger("server")
+
+
+@dataclass
+class ServerState:
+    """Shared by every request handler of one app."""
+
+    settings: Settings
+    metrics: Metrics = field(default_factory=Metrics)
+    recognizer: Recognizer | None = None
+    load_error: str | None = None
+    worker: BatchWorker | None = None
+    sessions: set[Any] = field(default_factory=set)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def start(self) -> None:
+        s = self.settings
+        self.worker = BatchWorker(
+            s.batch_max_size, s.batch_max_wait_ms / 1000.0, on_batch=self.metrics.on_batch
+        )
+        self.worker.start()
+
+    async def load(self) -> None:
+        """Load the model on the model thread; /healthz answers meanwhile, /readyz waits for this."""
+        try:
+            self.recognizer = await self.worker.run(_load, self.settings.model)
+        except Exception as err:
+            self.load_error = f"cannot load model {self.settings.model}: {err}"
+            log.exception("model load failed")
+        else:
+            log.info("model %s loaded", self.settings.model)
+
+    async def stop(self) -> None:
+        if self.worker is not None:
+            await self.worker.close()
+
+    @property
+    def ready(self) -> bool:
+        return self.recognizer is not None and not self.closing.is_set()
+
+    def authorized(self, headers: Any, query: Any) -> bool:
+        """Bearer header or ``token`` query parameter, compared in constant time."""
+        expected = self.settings.api_key
+        if not expected:
+            return True
+        scheme, _, value = headers.get("authorization", "").partition(" ")
+        given = value.strip() if scheme.lower() == "bearer" else query.get("token", "")
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+    def admit(self, headers: Any, query: Any) -> None:
+        """Decide whether a new stream may start; raises the reason it may not."""
+        if not self.settings.origin_allowed(headers.get("origin")):
+            raise ProtocolError(ErrorCode.ORIGIN_NOT_ALLOWED, "this origin is not allowed")
+        if not self.authorized(headers, query):
+            raise ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
+        if not self.ready:
+            why = (
+                "the server is shutting down"
+                if self.closing.is_set()
+                else "the model is not loaded"
+            )
+            raise ProtocolError(ErrorCode.NOT_READY, why)
+        if len(self.sessions) >= self.settings.max_sessions:
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_SESSIONS,
+                f"the server is at its limit of {self.settings.max_sessions} sessions",
+            )
+
+    async def drain(self) -> None:
+        """Ask every open session to flush and end, and wait for them (bounded)."""
+        self.closing.set()
+        deadline = time.monotonic() + self.settings.shutdown_timeout_s
+        while self.sessions and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.sessions:
+            log.warning("%d session(s) still open after the shutdown timeout", len(self.sessions))
+
+
+def _load(path: Any) -> Recognizer:
+    from asr import load_model
+
+    return load_model(path)

@@ -1,0 +1,246 @@
+"""The /v1/stream WebSocket session: moves frames in and events out, nothing more.
+
+Two coroutines per session. The reader takes frames off the socket, checks
+them and queues decoded audio. The pump takes *all* audio queued so far,
+hands it to the batching worker in one step and sends whatever events the
+decoder produced, so results leave as soon as tokens exist and a slow round
+trip never limits throughput (no reply per frame).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Literal
+
+import numpy as np
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from asr.audio import decode_pcm
+from asr.events import Event
+from server.protocol import (
+    CloseCode,
+    End,
+    Error,
+    ErrorCode,
+    ProtocolError,
+    Ready,
+    Result,
+    Start,
+    Stop,
+    parse_client_message,
+)
+from server.state import ServerState
+
+log = logging.getLogger("server.stream")
+
+EndReason = Literal["stop", "shutdown"]
+_LIMITS = (ErrorCode.IDLE_TIMEOUT, ErrorCode.SESSION_TOO_LONG)
+
+
+class ClientGone(Exception):
+    """The peer closed or dropped the connection."""
+
+
+async def serve_stream(ws: WebSocket, state: ServerState) -> None:
+    """Accept, admit and run one session; every failure ends in a typed error and close code."""
+    await ws.accept()
+    try:
+        state.admit(ws.headers, ws.query_params)
+    except ProtocolError as err:
+        state.metrics.errors.labels(err.code.value).inc()
+        await _send_error(ws, err)
+        return
+    session = StreamSession(ws, state)
+    state.sessions.add(session)
+    state.metrics.sessions.inc()
+    state.metrics.active_sessions.inc()
+    try:
+        await session.run()
+    finally:
+        state.sessions.discard(session)
+        state.metrics.active_sessions.dec()
+
+
+async def _send_error(ws: WebSocket, err: ProtocolError) -> None:
+    with contextlib.suppress(Exception):  # the peer may already be gone
+        await ws.send_text(Error(code=err.code, message=err.message).model_dump_json())
+        await ws.close(err.close_code, err.code.value)
+
+
+class StreamSession:
+    """One client stream from ``start`` to ``end``."""
+
+    def __init__(self, ws: WebSocket, state: ServerState) -> None:
+        self.ws = ws
+        self.state = state
+        self.id = uuid.uuid4().hex
+        self.deadline = time.monotonic() + state.settings.max_session_s
+        self.start: Start | None = None
+        self.stream = None
+        self.audio: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self.ready_at = 0.0
+        self.results_sent = 0
+        self._closing = asyncio.ensure_future(state.closing.wait())
+
+    async def run(self) -> None:
+        metrics = self.state.metrics
+        try:
+            await self._open()
+            reason = await self._stream()
+            await self._send(End(reason=reason).model_dump_json())
+            await self.ws.close(CloseCode.NORMAL if reason == "stop" else CloseCode.GOING_AWAY)
+        except ProtocolError as err:
+            metrics.errors.labels(err.code.value).inc()
+            log.info("session %s: %s: %s", self.id, err.code.value, err.message)
+            await _send_error(self.ws, err)
+        except ClientGone:
+            metrics.errors.labels("client_gone").inc()
+            log.info("session %s: client went away", self.id)
+        except Exception:
+            metrics.errors.labels(ErrorCode.INTERNAL.value).inc()
+            log.exception("session %s failed", self.id)
+            await _send_error(self.ws, ProtocolError(ErrorCode.INTERNAL, "internal server error"))
+        finally:
+            self._closing.cancel()
+
+    async def _open(self) -> None:
+        """Wait for ``start``, create the recognizer stream and answer ``ready``."""
+        kind, payload = await self._receive()
+        if kind == "shutdown":
+            raise ProtocolError(ErrorCode.NOT_READY, "the server is shutting down")
+        if kind == "bytes":
+            raise ProtocolError(ErrorCode.AUDIO_BEFORE_START, "send a start message before audio")
+        message = parse_client_message(payload)
+        if not isinstance(message, Start):
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, "the first message must be start")
+        try:
+            self.stream = self.state.recognizer.stream(message.sample_rate)
+        except ValueError as err:
+            raise ProtocolError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(err)) from None
+        self.start = message
+        await self._send(Ready(session_id=self.id).model_dump_json())
+        self.ready_at = time.monotonic()
+
+    async def _stream(self) -> EndReason:
+        """Run reader and pump until stop (or shutdown, or a limit), then flush."""
+        pump = asyncio.create_task(self._pump())
+        try:
+            try:
+                reason: EndReason | None = await self._read(pump)
+                limit = None
+            except ProtocolError as err:
+                if err.code not in _LIMITS:
+                    raise
+                reason, limit = None, err
+            stopped = time.monotonic()
+            self.audio.put_nowait(None)
+            await pump
+            if limit is not None:  # finals were flushed; now say why the session ends
+                raise limit
+            self.state.metrics.final_latency.observe(time.monotonic() - stopped)
+            return reason
+        finally:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+
+    async def _read(self, pump: asyncio.Task[None]) -> EndReason:
+        """Queue audio frames until the client stops; raises on any fault."""
+        assert self.start is not None
+        encoding, rate = self.start.encoding, self.start.sample_rate
+        while True:
+            kind, payload = await self._receive(pump)
+            if kind == "shutdown":
+                return "shutdown"
+            if kind == "text":
+                message = parse_client_message(payload)
+                if isinstance(message, Stop):
+                    return "stop"
+                raise ProtocolError(ErrorCode.ALREADY_STARTED, "this session has already started")
+            if not payload:
+                continue
+            try:  # odd byte counts and non-finite floats are refused here
+                samples = decode_pcm(payload, encoding)
+            except ValueError as err:
+                raise ProtocolError(ErrorCode.INVALID_AUDIO, str(err)) from None
+            self.state.metrics.add_audio(len(samples) / rate)
+            self.audio.put_nowait(samples)
+
+    async def _receive(
+        self, pump: asyncio.Task[None] | None = None
+    ) -> tuple[Literal["text", "bytes", "shutdown"], str | bytes]:
+        """Next frame, or ``shutdown``; enforces the idle timeout, session length and frame size.
+
+        A pump failure (bad audio found by the recognizer) is raised here so the
+        reader stops at once instead of waiting for the next frame.
+        """
+        now = time.monotonic()
+        idle = self.state.settings.idle_timeout_s
+        timeout = min(idle, self.deadline - now)
+        receive = asyncio.ensure_future(self.ws.receive())
+        waiters = {receive, self._closing} | ({pump} if pump is not None else set())
+        done, _ = await asyncio.wait(
+            waiters, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
+        if receive not in done:
+            receive.cancel()
+            if pump is not None and pump in done:
+                pump.result()  # re-raises the pump's error
+            if self._closing in done:
+                return "shutdown", b""
+            if time.monotonic() >= self.deadline:
+                raise ProtocolError(
+                    ErrorCode.SESSION_TOO_LONG,
+                    f"sessions are limited to {self.state.settings.max_session_s:g} s",
+                )
+            raise ProtocolError(ErrorCode.IDLE_TIMEOUT, f"no frame for {idle:g} s")
+        message = receive.result()
+        if message["type"] == "websocket.disconnect":
+            raise ClientGone
+        data = message.get("bytes")
+        kind: Literal["text", "bytes"] = "bytes" if data is not None else "text"
+        payload = data if data is not None else message.get("text") or ""
+        size = len(payload) if isinstance(payload, bytes) else len(payload.encode())
+        if size > self.state.settings.max_frame_bytes:
+            raise ProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds the limit of {self.state.settings.max_frame_bytes}",
+            )
+        return kind, payload
+
+    async def _pump(self) -> None:
+        """Feed everything queued so far as one step; finish on the end marker."""
+        worker = self.state.worker
+        metrics = self.state.metrics
+        while True:
+            chunks = [await self.audio.get()]
+            while chunks[-1] is not None and not self.audio.empty():
+                chunks.append(self.audio.get_nowait())
+            audio = [c for c in chunks if c is not None]
+            try:
+                if audio:
+                    queued = time.monotonic()
+                    events = await worker.accept(self.stream, np.concatenate(audio))
+                    metrics.step_latency.observe(time.monotonic() - queued)
+                    await self._send_events(events)
+                if chunks[-1] is None:
+                    await self._send_events(await worker.finish(self.stream))
+                    return
+            except ValueError as err:
+                raise ProtocolError(ErrorCode.INVALID_AUDIO, str(err)) from None
+
+    async def _send_events(self, events: list[Event]) -> None:
+        for event in events:
+            if self.results_sent == 0:
+                self.state.metrics.first_result_latency.observe(time.monotonic() - self.ready_at)
+            self.results_sent += 1
+            await self._send(Result.from_event(event).model_dump_json())
+
+    async def _send(self, text: str) -> None:
+        try:
+            await self.ws.send_text(text)
+        except (WebSocketDisconnect, OSError, RuntimeError) as err:
+            raise ClientGone from err

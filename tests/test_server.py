@@ -1,0 +1,415 @@
+"""The streaming server on a real uvicorn over loopback: transcripts, faults, limits, HTTP, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import soundfile as sf
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from server.client import Transcript, file_frames, stream
+from server.live import LiveServer
+from server.settings import Settings
+from tests.test_server_support import offline_text, s16le, speechlike
+
+KEY = "s3cret-key"
+ORIGIN = "http://good.example"
+MAX_FRAME = 32 * 1024
+AUDIO = speechlike(1.5, seed=1)  # the parallel healthy session streams this, paced
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle):
+    settings = Settings(
+        model=tiny_bundle,
+        max_sessions=4,
+        max_frame_bytes=MAX_FRAME,
+        api_key=KEY,
+        allowed_origins=[ORIGIN],
+    )
+    with LiveServer(settings) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def limited(tiny_bundle):
+    """Short idle timeout, session length and upload limit; no API key."""
+    settings = Settings(
+        model=tiny_bundle, idle_timeout_s=0.5, max_session_s=2.0, max_upload_bytes=64 * 1024
+    )
+    with LiveServer(settings) as live:
+        yield live
+
+
+def ws_url(live: LiveServer, token: str | None = KEY) -> str:
+    return live.url(f"/v1/stream?token={token}" if token else "/v1/stream", "ws")
+
+
+async def stream_samples(
+    live: LiveServer, samples: np.ndarray, rate: int, paced: bool = False, **kwargs
+) -> Transcript:
+    frames = file_frames(samples, rate, 100.0, paced=paced)
+    return await stream(ws_url(live), frames, rate, token=KEY, **kwargs)
+
+
+async def exchange(url: str, frames: list[str | bytes], headers: dict | None = None):
+    """Send ``frames``, then collect every server message until the close; returns (messages, code)."""
+    messages = []
+    async with connect(url, additional_headers=headers, max_size=None) as ws:
+        with contextlib.suppress(ConnectionClosed):  # the server may close before all are sent
+            for frame in frames:
+                await ws.send(frame)
+        try:
+            while True:
+                messages.append(json.loads(await ws.recv()))
+        except ConnectionClosed:
+            pass
+    return messages, ws.close_code
+
+
+def start(rate: int = 16000, encoding: str = "pcm_s16le") -> str:
+    return json.dumps({"type": "start", "sample_rate": rate, "encoding": encoding})
+
+
+# --- streamed == offline ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rate", "encoding"),
+    [(16000, "f32le"), (16000, "pcm_s16le"), (44100, "pcm_s16le"), (8000, "f32le")],
+)
+def test_streamed_transcript_equals_offline(server, tiny_bundle, rate, encoding):
+    samples = speechlike(3.0, rate, seed=rate)
+    # irregular frame sizes: the transcript must not depend on how audio is cut
+    cuts = np.cumsum(np.random.default_rng(0).integers(1, rate // 5, size=64))
+    pieces = np.split(samples, cuts[cuts < len(samples)])
+    encode = s16le if encoding == "pcm_s16le" else (lambda x: x.astype("<f4").tobytes())
+
+    async def frames():
+        for piece in pieces:
+            yield encode(piece)
+
+    results = []
+    transcript = asyncio.run(
+        stream(ws_url(server), frames(), rate, encoding, token=KEY, on_result=results.append)
+    )
+    assert transcript.text == offline_text(tiny_bundle, samples, rate)
+    assert all(r.final == (r.type == "final") for r in results)
+    segments = [r.segment for r in results]
+    assert segments == sorted(segments)
+
+
+def test_results_arrive_while_streaming(server, tiny_bundle):
+    """Paced real-time input: events come back during the stream, not only after stop."""
+    samples = speechlike(3.0, seed=7)
+    transcript = asyncio.run(stream_samples(server, samples, 16000, paced=True))
+    assert transcript.text == offline_text(tiny_bundle, samples, 16000)
+    assert transcript.first_result_at is not None
+    assert transcript.first_result_at < transcript.stop_at
+
+
+def test_bearer_header_is_accepted(server, tiny_bundle):
+    frames = file_frames(AUDIO, 16000, paced=False)
+    transcript = asyncio.run(stream(ws_url(server, token=None), frames, 16000, token=KEY))
+    assert transcript.text == offline_text(tiny_bundle, AUDIO, 16000)
+
+
+# --- protocol faults, each next to a healthy session ----------------------------
+
+
+@dataclass
+class Fault:
+    frames: list[str | bytes]
+    code: str
+    close: int
+    token: str | None = KEY
+    headers: dict = field(default_factory=dict)
+
+
+NAN_F32 = np.full(8, np.nan, dtype="<f4").tobytes()
+FAULTS = {
+    "audio_before_start": Fault([b"\x00\x00"], "audio_before_start", 1003),
+    "bad_json": Fault(["{not json"], "bad_json", 1007),
+    "not_an_object": Fault(["[1, 2]"], "invalid_message", 1007),
+    "unknown_type": Fault(['{"type": "hello"}'], "unknown_type", 1003),
+    "type_by_substring": Fault(['{"type": "restart"}'], "unknown_type", 1003),
+    "missing_rate": Fault(['{"type": "start"}'], "invalid_message", 1007),
+    "stop_before_start": Fault(['{"type": "stop"}'], "invalid_message", 1007),
+    "unsupported_rate": Fault([start(96000)], "unsupported_sample_rate", 1003),
+    "unsupported_encoding": Fault([start(16000, "mp3")], "unsupported_encoding", 1003),
+    "odd_byte_count": Fault([start(), b"\x00\x00\x00"], "invalid_audio", 1007),
+    "non_finite_f32": Fault([start(16000, "f32le"), NAN_F32], "invalid_audio", 1007),
+    "oversized_frame": Fault([start(), bytes(MAX_FRAME + 2)], "frame_too_large", 1009),
+    "second_start": Fault([start(), start()], "already_started", 1003),
+    "bad_key": Fault([start()], "unauthorized", 1008, token="wrong"),
+    "no_key": Fault([start()], "unauthorized", 1008, token=None),
+    "bad_bearer": Fault([start()], "unauthorized", 1008, None, {"Authorization": "Bearer nope"}),
+    "bad_origin": Fault([start()], "origin_not_allowed", 1008, headers={"Origin": "http://evil"}),
+}
+
+
+def with_healthy_session(live: LiveServer, fault: Callable[[], Awaitable]) -> tuple:
+    """Run a paced healthy session, inject ``fault`` mid-stream, return both outcomes."""
+
+    async def main():
+        healthy = asyncio.create_task(stream_samples(live, AUDIO, 16000, paced=True))
+        await asyncio.sleep(0.3)
+        outcome = await fault()
+        return outcome, await healthy
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_protocol_fault(server, tiny_bundle, name):
+    fault = FAULTS[name]
+    url = ws_url(server, fault.token)
+    (messages, close), healthy = with_healthy_session(
+        server, lambda: exchange(url, fault.frames, fault.headers)
+    )
+    assert messages, "the server must explain a fault before closing"
+    error = messages[-1]
+    assert error["type"] == "error" and error["code"] == fault.code, messages
+    assert error["message"]
+    assert close == fault.close
+    assert [m["type"] for m in messages[:-1]] in ([], ["ready"])
+    assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
+
+
+def test_too_many_sessions(server, tiny_bundle):
+    async def crowd():
+        held = []
+        for _ in range(server.settings.max_sessions - 1):  # the healthy one holds the last slot
+            ws = await connect(ws_url(server))
+            await ws.send(start())
+            assert json.loads(await ws.recv())["type"] == "ready"
+            held.append(ws)
+        outcome = await exchange(ws_url(server), [start()])
+        for ws in held:
+            await ws.close()
+        return outcome
+
+    (messages, close), healthy = with_healthy_session(server, crowd)
+    assert messages[-1]["code"] == "too_many_sessions"
+    assert close == 1013
+    assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
+
+
+def metric(live: LiveServer, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(live.url("/metrics"), timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def test_vanishing_client(server, tiny_bundle):
+    gone_before = metric(server, "asr_errors_total", kind="client_gone")
+
+    async def vanish():
+        ws = await connect(ws_url(server))
+        await ws.send(start())
+        await ws.recv()
+        for frame in [s16le(AUDIO[i : i + 1600]) for i in range(0, 8000, 1600)]:
+            await ws.send(frame)
+        ws.transport.abort()  # no close frame: the TCP connection just disappears
+
+    _, healthy = with_healthy_session(server, vanish)
+    assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
+    for _ in range(100):
+        if metric(server, "asr_active_sessions") == 0:
+            break
+        time.sleep(0.05)
+    assert metric(server, "asr_active_sessions") == 0
+    assert metric(server, "asr_errors_total", kind="client_gone") == gone_before + 1
+
+
+# --- limits -------------------------------------------------------------------
+
+
+def test_idle_timeout_flushes_then_errors(limited, tiny_bundle):
+    sent = AUDIO[:8000]
+    messages, close = asyncio.run(exchange(ws_url(limited, None), [start(), s16le(sent)]))
+    assert messages[0]["type"] == "ready"
+    assert messages[-1]["code"] == "idle_timeout"
+    assert close == 1008
+    finals = [m["text"] for m in messages if m["type"] == "final" and m["text"]]
+    assert " ".join(finals) == offline_text(tiny_bundle, sent, 16000)
+
+
+def test_max_session_length(limited):
+    async def main():
+        frames = file_frames(speechlike(4.0), 16000, paced=True)
+        return await stream(ws_url(limited, None), frames, 16000)
+
+    with pytest.raises(Exception, match="session_too_long"):
+        asyncio.run(main())
+
+
+def test_graceful_shutdown_flushes_open_sessions(tiny_bundle):
+    sent = AUDIO[:16000]
+
+    async def main(live: LiveServer):
+        async with connect(ws_url(live, None)) as ws:
+            await ws.send(start())
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(s16le(sent))
+            await asyncio.sleep(0.3)
+            stopping = asyncio.create_task(asyncio.to_thread(live.stop))
+            messages = []
+            try:
+                while True:
+                    messages.append(json.loads(await ws.recv()))
+            except ConnectionClosed:
+                pass
+            await stopping
+            return messages, ws.close_code
+
+    with LiveServer(Settings(model=tiny_bundle)) as live:
+        messages, close = asyncio.run(main(live))
+    assert messages[-1] == {"type": "end", "reason": "shutdown"}
+    assert close == 1001
+    finals = [m["text"] for m in messages if m["type"] == "final" and m["text"]]
+    assert " ".join(finals) == offline_text(tiny_bundle, sent, 16000)
+
+
+# --- HTTP ---------------------------------------------------------------------
+
+
+def post(live: LiveServer, path: str, body: bytes, headers: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(live.url(path), data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def multipart(filename: str, data: bytes) -> tuple[bytes, dict]:
+    boundary = "asr-test-boundary"
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+RAW = {"Content-Type": "application/octet-stream"}
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
+def test_http_transcribe_file(server, tiny_bundle, fmt):
+    samples = speechlike(2.5, 22050, seed=3)
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, 22050, format=fmt, subtype="PCM_16")
+    body, headers = multipart(f"speech.{fmt.lower()}", buffer.getvalue())
+    status, result = post(server, "/v1/transcribe", body, headers | AUTH)
+    assert status == 200, result
+    assert result["text"] == offline_text(tiny_bundle, samples, 22050)
+    assert result["duration"] == pytest.approx(2.5, abs=1e-3)
+    assert all(s["type"] in ("partial", "final") for s in result["segments"])
+
+
+@pytest.mark.parametrize("encoding", ["pcm_s16le", "f32le"])
+def test_http_transcribe_raw_pcm(server, tiny_bundle, encoding):
+    data = s16le(AUDIO) if encoding == "pcm_s16le" else AUDIO.astype("<f4").tobytes()
+    path = f"/v1/transcribe?sample_rate=16000&encoding={encoding}"
+    status, result = post(server, path, data, RAW | AUTH)
+    assert status == 200, result
+    assert result["text"] == offline_text(tiny_bundle, AUDIO, 16000)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "status", "code"),
+    [
+        ("/v1/transcribe", b"\x00\x00", RAW | AUTH, 400, "invalid_message"),  # no sample_rate
+        (
+            "/v1/transcribe?sample_rate=4000",
+            b"\x00\x00",
+            RAW | AUTH,
+            400,
+            "unsupported_sample_rate",
+        ),
+        (
+            "/v1/transcribe?sample_rate=16000&encoding=mp3",
+            b"",
+            RAW | AUTH,
+            400,
+            "unsupported_encoding",
+        ),
+        ("/v1/transcribe?sample_rate=16000", b"\x00\x00\x00", RAW | AUTH, 400, "invalid_audio"),
+        ("/v1/transcribe?sample_rate=16000", b"\x00\x00", RAW, 401, "unauthorized"),
+        (
+            "/v1/transcribe?sample_rate=16000",
+            b"\x00\x00",
+            RAW | {"Authorization": "Bearer x"},
+            401,
+            "unauthorized",
+        ),
+    ],
+)
+def test_http_transcribe_errors(server, path, body, headers, status, code):
+    got, result = post(server, path, body, headers)
+    assert (got, result["code"]) == (status, code)
+
+
+def test_http_transcribe_undecodable_file(server):
+    body, headers = multipart("x.wav", b"not audio at all")
+    got, result = post(server, "/v1/transcribe", body, headers | AUTH)
+    assert (got, result["code"]) == (400, "invalid_audio")
+
+
+def test_http_upload_limit(limited):
+    status, result = post(limited, "/v1/transcribe?sample_rate=16000", bytes(70 * 1024), {})
+    assert (status, result["code"]) == (413, "too_large")
+
+
+# --- health, schemas, metrics -------------------------------------------------
+
+
+def test_health_and_schemas(server):
+    assert server.get_json("/healthz") == (200, {"status": "ok"})
+    status, ready = server.get_json("/readyz")
+    assert status == 200 and ready["status"] == "ready"
+    status, schemas = server.get_json("/v1/schemas")
+    assert status == 200
+    assert set(schemas["client"]["discriminator"]["mapping"]) == {"start", "stop"}
+    assert set(schemas["server"]["discriminator"]["mapping"]) == {
+        "ready",
+        "partial",
+        "final",
+        "end",
+        "error",
+    }
+    assert schemas["close_codes"]["too_many_sessions"] == 1013
+
+
+def test_metrics_exposed(server):
+    asyncio.run(stream_samples(server, AUDIO, 16000))
+    asyncio.run(exchange(ws_url(server), ["{bad"]))
+    assert metric(server, "asr_audio_seconds_total") >= 1.5
+    assert metric(server, "asr_sessions_total") >= 1
+    assert metric(server, "asr_real_time_factor") > 0
+    assert metric(server, "asr_step_latency_seconds_count") > 0
+    assert metric(server, "asr_final_latency_seconds_count") > 0
+    assert metric(server, "asr_batch_size_count") > 0
+    assert metric(server, "asr_errors_total", kind="bad_json") >= 1
+    assert metric(server, "asr_active_sessions") == 0

@@ -1,0 +1,126 @@
+"""Server parts without a server: message parsing, the batching worker, settings."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from asr.events import Event
+from server.batching import BatchWorker
+from server.protocol import ErrorCode, ProtocolError, Result, Start, Stop, parse_client_message
+from server.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("{oops", ErrorCode.BAD_JSON),
+        ('"start"', ErrorCode.INVALID_MESSAGE),
+        ('{"sample_rate": 16000}', ErrorCode.UNKNOWN_TYPE),
+        ('{"type": "startx", "sample_rate": 16000}', ErrorCode.UNKNOWN_TYPE),
+        ('{"type": ["start"]}', ErrorCode.UNKNOWN_TYPE),
+        ('{"type": "start", "sample_rate": 7999}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
+        ('{"type": "start", "sample_rate": 48001}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
+        ('{"type": "start", "sample_rate": "fast"}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
+        (
+            '{"type": "start", "sample_rate": 16000, "encoding": "opus"}',
+            ErrorCode.UNSUPPORTED_ENCODING,
+        ),
+        ('{"type": "start"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": 16000, "rate": 1}', ErrorCode.INVALID_MESSAGE),
+    ],
+)
+def test_bad_client_messages_get_typed_codes(text, code):
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message(text)
+    assert caught.value.code == code
+    assert caught.value.close_code in (1003, 1007)
+
+
+def test_client_messages_dispatch_on_type():
+    start = parse_client_message('{"type": "start", "sample_rate": 8000, "encoding": "f32le"}')
+    assert start == Start(sample_rate=8000, encoding="f32le")
+    assert parse_client_message('{"type": "stop"}') == Stop()
+
+
+def test_result_carries_the_final_flag():
+    event = Event("final", 2, "hi there", ["▁hi", "▁there"], 0.5, 1.25)
+    result = Result.from_event(event).model_dump()
+    assert result == {
+        "type": "final",
+        "segment": 2,
+        "text": "hi there",
+        "tokens": ["▁hi", "▁there"],
+        "start": 0.5,
+        "end": 1.25,
+        "final": True,
+    }
+
+
+class Recorder:
+    """A stand-in stream that records which thread ran it and can be told to fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.threads: set[str] = set()
+        self.samples = 0
+
+    def accept(self, samples: np.ndarray) -> list[Event]:
+        self.threads.add(threading.current_thread().name)
+        if self.fail:
+            raise ValueError("bad audio")
+        self.samples += len(samples)
+        return [Event("partial", 0, str(self.samples))]
+
+    def finish(self) -> list[Event]:
+        return [Event("final", 0, str(self.samples))]
+
+
+def test_worker_batches_sessions_and_isolates_failures():
+    sizes: list[int] = []
+
+    async def main():
+        worker = BatchWorker(max_size=8, max_wait_s=0.05, on_batch=lambda n, _: sizes.append(n))
+        worker.start()
+        streams = [Recorder(fail=(i == 3)) for i in range(6)]
+        outcomes = await asyncio.gather(
+            *(worker.accept(s, np.zeros(10, np.float32)) for s in streams), return_exceptions=True
+        )
+        finals = await worker.finish(streams[0])
+        await worker.close()
+        return streams, outcomes, finals
+
+    streams, outcomes, finals = asyncio.run(main())
+    assert sizes[0] == 6  # one executor hop for all six sessions
+    assert isinstance(outcomes[3], ValueError)
+    assert [o[0].text for i, o in enumerate(outcomes) if i != 3] == ["10"] * 5
+    assert finals[0].final and finals[0].text == "10"
+    assert all(s.threads == {"asr-model_0"} for s in streams)  # never on the event loop
+
+
+def test_worker_respects_max_batch_size():
+    sizes: list[int] = []
+
+    async def main():
+        worker = BatchWorker(max_size=4, max_wait_s=0.01, on_batch=lambda n, _: sizes.append(n))
+        worker.start()
+        await asyncio.gather(
+            *(worker.accept(Recorder(), np.zeros(1, np.float32)) for _ in range(10))
+        )
+        await worker.close()
+
+    asyncio.run(main())
+    assert max(sizes) == 4 and sum(sizes) == 10
+
+
+def test_settings_validation_and_origins():
+    with pytest.raises(ValueError, match="max_sessions"):
+        Settings(max_sessions=0)
+    settings = Settings(allowed_origins=["https://app.example/"])
+    assert settings.origin_allowed(None)  # non-browser clients send no Origin
+    assert settings.origin_allowed("https://app.example")
+    assert not settings.origin_allowed("https://evil.example")
+    assert Settings().origin_allowed("https://anything.example")
