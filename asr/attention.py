@@ -27,39 +27,119 @@ from asr.config import AttentionConfig
 
 
 SCAN_BLOCK = 8
+SCAN_DOUBLING_MAX = 64
 
 
-def linear_scan(coeff: Tensor, inp: Tensor) -> Tensor:
-    """Solve ``q[j] = coeff[j] * q[j-1] + inp[j]`` (q[-1] = 0) along the last dim.
+def _doubling_scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
+    """Hillis-Steele scan of [R, n] rows: ceil(log2 n) rounds of two whole-row ops.
 
-    A blocked parallel scan: every block of ``SCAN_BLOCK`` positions is solved
-    in place (all blocks at once), the block ends are solved by the same scan
-    one level up, and each block then adds its carry. Only products and sums
-    of non-negative numbers: no division, no cancellation, O(T) work, and
-    O(log T) depth. ``coeff[..., 0]`` is never used.
+    Round k composes each position with the one 2**k away (q <- q + c * q_shifted,
+    c <- c * c_shifted), reading shifted views of zero-padded ping-pong buffers, so
+    the Python-level op count is 2 log2(n) whatever the batch.
     """
-    length = inp.shape[-1]
-    if length == 1:
-        return inp.clone()
-    block = min(SCAN_BLOCK, length)
-    blocks = -(-length // block)
-    extra = blocks * block - length
-    # Fresh copies (solved in place); right padding (coefficient 1, input 0)
-    # cannot change earlier positions.
+    n = inp.shape[-1]
+    steps = (n - 1).bit_length()
+    pad = 1 << (steps - 1)
+    lo = 0 if reverse else pad
+    bufs = inp.new_zeros(4, inp.shape[0], n + pad).unbind(0)
+    vals = [b.narrow(-1, lo, n) for b in bufs]
+    vals[0].copy_(inp)
+    vals[2].copy_(coeff)
+    shift = 1
+    for step in range(steps):
+        i = step & 1
+        src = lo + shift if reverse else lo - shift
+        torch.addcmul(vals[i], vals[2 + i], bufs[i].narrow(-1, src, n), out=vals[1 - i])
+        if step < steps - 1:  # the last round's products are never read
+            torch.mul(vals[2 + i], bufs[2 + i].narrow(-1, src, n), out=vals[3 - i])
+        shift *= 2
+    return vals[steps & 1]
+
+
+def _blocked_scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
+    """Long rows: solve blocks of SCAN_BLOCK in place, scan the block ends, add the carries."""
+    rows, n = inp.shape
+    block = SCAN_BLOCK
+    blocks = -(-n // block)
+    extra = blocks * block - n
+    # Fresh copies (solved in place); padding (coefficient 1, input 0) at the end
+    # cannot change real positions in either direction.
     a = F.pad(inp, (0, extra)) if extra else inp.clone()
     c = F.pad(coeff, (0, extra), value=1.0) if extra else coeff.clone()
-    a = a.reshape(*inp.shape[:-1], blocks, block)
-    c = c.reshape(*inp.shape[:-1], blocks, block)
+    a = a.view(rows, blocks, block)
+    c = c.view(rows, blocks, block)
     a_cols, c_cols = a.unbind(-1), c.unbind(-1)
-    for j in range(1, block):
-        a_cols[j].addcmul_(c_cols[j], a_cols[j - 1])
-        c_cols[j].mul_(c_cols[j - 1])
-    # a: each block's solution from a zero carry; c: products from the block's start.
-    if blocks > 1:
-        ends = linear_scan(c[..., -1], a[..., -1])
-        carry = F.pad(ends[..., :-1], (1, 0)).unsqueeze(-1)
-        a = torch.addcmul(a, c, carry)
-    return a.reshape(*inp.shape[:-1], blocks * block)[..., :length]
+    order = range(block - 2, -1, -1) if reverse else range(1, block)
+    step = 1 if reverse else -1
+    for j in order:
+        a_cols[j].addcmul_(c_cols[j], a_cols[j + step])
+        c_cols[j].mul_(c_cols[j + step])
+    # a: each block solved from a zero carry; c: products from the block's entry edge.
+    edge = 0 if reverse else block - 1
+    ends = _scan(c_cols[edge].contiguous(), a_cols[edge].contiguous(), reverse)
+    carry = F.pad(ends[:, 1:], (0, 1)) if reverse else F.pad(ends[:, :-1], (1, 0))
+    return torch.addcmul(a, c, carry.unsqueeze(-1)).view(rows, blocks * block)[:, :n]
+
+
+def _scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
+    """Scan of contiguous [R, n] rows (see linear_scan); no autograd."""
+    if inp.shape[-1] == 1:
+        return inp.clone()
+    if inp.shape[-1] <= SCAN_DOUBLING_MAX:
+        return _doubling_scan(coeff, inp, reverse)
+    return _blocked_scan(coeff, inp, reverse)
+
+
+def _scan_rows(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
+    length = inp.shape[-1]
+    if length == 0:
+        return inp.clone()
+    flat_c = coeff.reshape(-1, length).contiguous()
+    flat_x = inp.reshape(-1, length).contiguous()
+    return _scan(flat_c, flat_x, reverse).reshape(inp.shape)
+
+
+class _LinearScan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:  # type: ignore[override]
+        q = _scan_rows(coeff, inp, reverse)
+        ctx.save_for_backward(coeff, q)
+        ctx.reverse = reverse
+        return q
+
+    @staticmethod
+    def backward(ctx, grad_q: Tensor) -> tuple[Tensor, Tensor, None]:  # type: ignore[override]
+        coeff, q = ctx.saved_tensors
+        # The adjoint of a scan is the scan in the other direction with the
+        # coefficients moved to the other end of each link.
+        if ctx.reverse:
+            grad_inp = _scan_rows(_shift_right(coeff, 0.0), grad_q, False)
+            grad_coeff = grad_inp * _shift_left(q, 0.0)
+        else:
+            grad_inp = _scan_rows(_shift_left(coeff, 0.0), grad_q, True)
+            grad_coeff = grad_inp * _shift_right(q, 0.0)
+        return grad_coeff, grad_inp, None
+
+
+def linear_scan(coeff: Tensor, inp: Tensor, reverse: bool = False) -> Tensor:
+    """Solve ``q[j] = coeff[j] * q[j-1] + inp[j]`` (q[-1] = 0) along the last dim.
+
+    With ``reverse=True``: ``q[j] = coeff[j] * q[j+1] + inp[j]`` (q[T] = 0).
+    The coefficient that would multiply a missing neighbour is never used.
+
+    Parallel over T and exact for non-negative coefficients and inputs: only
+    products and sums of non-negative numbers, no division, no cancellation.
+    Rows up to SCAN_DOUBLING_MAX long use a doubling (Hillis-Steele) scan,
+    longer rows first solve blocks of SCAN_BLOCK in place and scan the block
+    ends. Differentiable (the backward pass is the opposite scan).
+    """
+    if coeff.shape != inp.shape:
+        raise ValueError(
+            f"coeff and inp must have the same shape, got {tuple(coeff.shape)} and {tuple(inp.shape)}"
+        )
+    if torch.is_grad_enabled() and (coeff.requires_grad or inp.requires_grad):
+        return _LinearScan.apply(coeff, inp, reverse)
+    return _scan_rows(coeff, inp, reverse)
 
 
 def _shift_right(x: Tensor, fill: float) -> Tensor:
@@ -67,26 +147,36 @@ def _shift_right(x: Tensor, fill: float) -> Tensor:
     return F.pad(x[..., :-1], (1, 0), value=fill)
 
 
+def _shift_left(x: Tensor, fill: float) -> Tensor:
+    """x[j+1] at position j, ``fill`` at the last position."""
+    return F.pad(x[..., 1:], (0, 1), value=fill)
+
+
 class _SoftMonotonic(torch.autograd.Function):
     """alpha = p * q with q[j] = (1 - p[j-1]) q[j-1] + previous[j]; analytic backward (a reverse scan)."""
 
     @staticmethod
-    def forward(ctx, energy: Tensor, previous: Tensor, mask: Tensor) -> Tensor:  # type: ignore[override]
-        p = torch.sigmoid(energy) * mask
+    def forward(ctx, energy: Tensor, previous: Tensor, mask: Tensor | None) -> Tensor:  # type: ignore[override]
+        if mask is not None:
+            # Padding: p = sigmoid(-inf) = 0 and 1 - p = 1 exactly, whatever was there.
+            energy = torch.where(mask, energy, -math.inf)
+        p = torch.sigmoid(energy)
         # 1 - p computed as sigmoid(-e): exact even where p rounds to 1.
-        one_minus_p = torch.where(mask, torch.sigmoid(-energy), torch.ones_like(energy))
-        q = linear_scan(_shift_right(one_minus_p, 0.0), previous)
-        ctx.save_for_backward(p, one_minus_p, q, mask)
-        return p * q
+        one_minus_p = torch.sigmoid(-energy)
+        q = _scan(_shift_right(one_minus_p, 0.0), previous.contiguous(), False)
+        alpha = p * q
+        ctx.save_for_backward(p, one_minus_p, alpha)
+        return alpha
 
     @staticmethod
-    def backward(ctx, grad_alpha: Tensor) -> tuple[Tensor, Tensor, None]:  # type: ignore[override]
-        p, one_minus_p, q, mask = ctx.saved_tensors
-        # G[j] = dL/dq[j] = g[j] p[j] + (1 - p[j]) G[j+1]: the same scan, reversed in time.
-        grad_q = linear_scan(one_minus_p.flip(-1), (grad_alpha * p).flip(-1)).flip(-1)
-        grad_q_next = F.pad(grad_q[..., 1:], (0, 1))
-        grad_p = q * (grad_alpha - grad_q_next)
-        grad_energy = grad_p * p * one_minus_p * mask
+    def backward(ctx, grad_alpha: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
+        p, one_minus_p, alpha = ctx.saved_tensors
+        # G[j] = dL/dq[j] = g[j] p[j] + (1 - p[j]) G[j+1]: the same scan, run backwards.
+        grad_q = _scan(one_minus_p, (grad_alpha * p).contiguous(), True)
+        grad_energy = None
+        if ctx.needs_input_grad[0]:
+            # dL/dp = q (g - G[j+1]); dp/de = p (1 - p); masked positions have alpha = 0.
+            grad_energy = (grad_alpha - _shift_left(grad_q, 0.0)) * alpha * one_minus_p
         return grad_energy, grad_q, None
 
 
@@ -105,11 +195,11 @@ def soft_monotonic_alignment(
             f"energy and previous must both be [batch, T], got {tuple(energy.shape)} "
             f"and {tuple(previous.shape)}"
         )
-    if mask is None:
-        mask = torch.ones_like(energy, dtype=torch.bool)
-    elif mask.shape != energy.shape:
-        raise ValueError(f"mask must be {tuple(energy.shape)}, got {tuple(mask.shape)}")
-    return _SoftMonotonic.apply(energy, previous.to(energy.dtype), mask.bool())
+    if mask is not None:
+        if mask.shape != energy.shape:
+            raise ValueError(f"mask must be {tuple(energy.shape)}, got {tuple(mask.shape)}")
+        mask = mask.to(device=energy.device, dtype=torch.bool)
+    return _SoftMonotonic.apply(energy, previous.to(energy.dtype), mask)
 
 
 def chunkwise_weights(alpha: Tensor, chunk_energy: Tensor, width: int, mask: Tensor) -> Tensor:
@@ -317,14 +407,17 @@ class ChunkwiseAttention(MonotonicAttention):
         _, chunk_keys = self._split(keys)
         offsets = torch.arange(-width + 1, 1, device=selected.device)
         positions = selected.unsqueeze(1) + offsets  # [N, w]
-        valid = positions >= 0
+        # The chosen state itself is always in the window; where nothing was chosen
+        # (-1) keep it finite too (clamped to 0) so the softmax never sees a row of
+        # -inf, and zero the context below.
+        valid = (positions >= 0) | (offsets == 0)
         positions = positions.clamp(min=0)
         u = self.chunk_energy.score(
             self.chunk_energy.query(query).unsqueeze(1), chunk_keys[positions]
         )
         weights = torch.softmax(u.masked_fill(~valid, -math.inf), dim=-1)
         context = (weights.unsqueeze(-1) * memory[positions]).sum(1)
-        return context * (selected >= 0).unsqueeze(-1).to(context.dtype)
+        return torch.where((selected >= 0).unsqueeze(-1), context, 0.0)
 
     @property
     def lookback(self) -> int:
