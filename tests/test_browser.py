@@ -1,0 +1,271 @@
+"""Headless Chromium opens the page, presses start, and the transcript appears.
+
+Chromium is driven over the DevTools protocol with the ``websockets`` package
+(no chromedriver). Its fake capture device plays a WAV file as the microphone.
+A browser capture path is not bit-exact (device clock, start offset, the page's
+own FIR resampler), so the reference transcript is the offline transcription
+of exactly the audio the server received; that audio is also checked against
+the file itself, so the page really captured and correctly resampled it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from asr.audio import resample
+from server.live import LiveServer
+from server.settings import Settings
+from tests.test_server_support import speechlike, write_wav
+
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+    None,
+)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+
+class RecordingRecognizer:
+    """Wraps the server's recognizer to keep a copy of the audio each stream receives."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.streams: list[tuple[int, list[np.ndarray]]] = []
+
+    def stream(self, sample_rate: int) -> RecordedStream:
+        received: list[np.ndarray] = []
+        self.streams.append((sample_rate, received))
+        return RecordedStream(self.inner.stream(sample_rate), received)
+
+    def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
+        return self.inner.transcribe(samples, sample_rate)
+
+
+class RecordedStream:
+    def __init__(self, inner, received: list[np.ndarray]) -> None:
+        self.inner = inner
+        self.received = received
+
+    def accept(self, samples: np.ndarray):
+        self.received.append(np.array(samples, dtype=np.float32))
+        return self.inner.accept(samples)
+
+    def finish(self):
+        return self.inner.finish()
+
+
+class DevTools:
+    """Minimal Chrome DevTools protocol client for one page."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.last_id = 0
+        self.console: list[str] = []
+
+    async def call(self, method: str, **params) -> dict:
+        self.last_id += 1
+        await self.ws.send(json.dumps({"id": self.last_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self.ws.recv())
+            if message.get("method") in ("Runtime.consoleAPICalled", "Runtime.exceptionThrown"):
+                self.console.append(json.dumps(message["params"])[:500])
+            if message.get("id") == self.last_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    async def eval(self, expression: str):
+        result = await self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
+        return result["result"].get("value")
+
+    async def click(self, selector: str) -> None:
+        """A trusted mouse click (a user gesture, as audio capture needs)."""
+        box = await self.eval(
+            f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.call(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
+
+    async def wait_for(self, expression: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not await self.eval(expression):
+            if time.monotonic() > deadline:
+                state = await self.eval("document.body.innerText")
+                raise AssertionError(
+                    f"timed out on {expression}; page: {state}; console: {self.console}"
+                )
+            await asyncio.sleep(0.1)
+
+
+def launch(tmp_path: Path, wav: Path) -> tuple[subprocess.Popen, int]:
+    profile = tmp_path / "profile"
+    process = subprocess.Popen(
+        [
+            CHROMIUM,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}%noloop",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while not (port_file.exists() and port_file.read_text().strip()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("chromium did not start")
+        time.sleep(0.1)
+    return process, int(port_file.read_text().split()[0])
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle):
+    with LiveServer(Settings(model=tiny_bundle)) as live:
+        state = live.app.state.asr
+        state.recognizer = RecordingRecognizer(state.recognizer)
+        yield live
+
+
+RATE = 48000
+
+
+@pytest.fixture(scope="module")
+def audio() -> np.ndarray:
+    """Half a second of silence, speech-like sound, and a loud 12 kHz tone.
+
+    The tone is above 8 kHz: a page that decimates to 16 kHz without a
+    low-pass filter folds it to 4 kHz at full strength, which the check
+    against a properly resampled reference catches.
+    """
+    t = np.arange(3 * RATE) / RATE
+    sound = speechlike(3.0, RATE, seed=5) * 0.7 + 0.2 * np.sin(2 * np.pi * 12000 * t)
+    return np.concatenate([np.zeros(RATE // 2), sound]).astype(np.float32)
+
+
+def aligned_snr(received: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """SNR (dB) of ``received`` against ``reference`` after finding the capture offset,
+    and the overlap's duration in reference samples."""
+    n = len(received) + len(reference)
+    corr = np.fft.irfft(np.fft.rfft(received, n) * np.conj(np.fft.rfft(reference, n)), n)
+    lag = int(np.argmax(corr))
+    lag = lag - n if lag > n // 2 else lag
+    a, b = received[max(lag, 0) :], reference[max(-lag, 0) :]
+    m = min(len(a), len(b))
+    a, b = a[:m], b[:m]
+    return float(10 * np.log10(np.sum(b**2) / np.sum((a - b) ** 2))), m
+
+
+def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> None:
+    """The page's transcript is the server's transcript of the audio it got, and that audio
+    is the file, properly low-passed and resampled (aliasing of the 12 kHz tone would
+    bring the SNR near 0 dB; a good capture path gives 25 to 45 dB)."""
+    recognizer = server.app.state.asr.recognizer
+    rate, chunks = recognizer.streams[-1]
+    received = np.concatenate(chunks)
+    # compared at 16 kHz: below 8 kHz any two good resamplers agree up to a tiny delay
+    snr, overlap = aligned_snr(resample(received, rate, 16000), resample(audio, RATE, 16000))
+    assert overlap >= 3.2 * 16000, "most of the file must have been captured"
+    assert snr > 20, f"received audio differs from the resampled file: SNR {snr:.1f} dB"
+    expected = recognizer.transcribe(received, rate)
+    assert expected, "the test model should say something"
+    assert " ".join(page_text.split()) == expected
+
+
+def open_page(server: LiveServer, tmp_path: Path, wav: Path, drive) -> tuple:
+    process, port = launch(tmp_path, wav)
+    try:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/json/new?{server.url('/')}", method="PUT"
+        )
+        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
+        return asyncio.run(drive(target["webSocketDebuggerUrl"]))
+    finally:
+        process.kill()
+        process.wait()
+
+
+STATE = "document.getElementById('state').textContent"
+# module scripts run before the load event, so the page's handlers exist after this
+LOADED = "location.protocol === 'http:' && document.readyState === 'complete'"
+
+
+@pytest.mark.parametrize("send", ["16000", "device"])
+def test_page_streams_microphone(server, audio, tmp_path, send):
+    """Press start, let the fake microphone play the file, press stop: partials, then finals."""
+    wav = write_wav(tmp_path / "mic.wav", audio, RATE)
+
+    async def drive(url: str) -> tuple[str, set[str]]:
+        async with connect(url, max_size=None) as ws:
+            tools = DevTools(ws)
+            await tools.call("Runtime.enable")
+            await tools.wait_for(LOADED, 30)
+            await tools.eval(f"document.getElementById('rate').value = {send!r}")
+            await tools.click("#mic")
+            await tools.wait_for(f"{STATE}.startsWith('streaming')", 30)
+            partials = set()
+            for _ in range(45):  # the file lasts 3.5 s
+                partials.add(await tools.eval("document.getElementById('partial').textContent"))
+                await asyncio.sleep(0.1)
+            await tools.click("#mic")
+            await tools.wait_for(f"{STATE} === 'closed (1000)'", 30)
+            assert await tools.eval("document.getElementById('error').hidden"), tools.console
+            finals = await tools.eval("document.getElementById('finals').textContent")
+            return finals, partials
+
+    finals, partials = open_page(server, tmp_path, wav, drive)
+    print("page transcript:", finals)
+    assert partials - {""}, "partial text should show while speaking"
+    check_received(server, audio, finals)
+
+
+def test_page_streams_a_picked_file(server, audio, tmp_path):
+    wav = write_wav(tmp_path / "file.wav", audio, RATE)
+
+    async def drive(url: str) -> str:
+        async with connect(url, max_size=None) as ws:
+            tools = DevTools(ws)
+            await tools.call("Runtime.enable")
+            await tools.wait_for(LOADED, 30)
+            await tools.call("DOM.getDocument")
+            found = await tools.call(
+                "Runtime.evaluate", expression="document.getElementById('file')"
+            )
+            await tools.call(
+                "DOM.setFileInputFiles", files=[str(wav)], objectId=found["result"]["objectId"]
+            )
+            await tools.click("#send-file")
+            await tools.wait_for(f"{STATE} === 'closed (1000)'", 60)
+            return await tools.eval("document.getElementById('finals').textContent")
+
+    finals = open_page(server, tmp_path, wav, drive)
+    check_received(server, audio, finals)
