@@ -5,15 +5,17 @@ A worker takes up to ``max_size`` pending steps, waiting at most ``max_wait``
 for a batch to fill, and runs them all in a single executor hop on one model
 thread. Each step's outcome (events or exception) goes back to its own
 session only, so a failing or slow client never blocks or breaks another.
+``finish`` steps go first: they are what a client waits on after ``stop``.
 
-``step_each`` runs the steps one by one; a true batched encoder step can
-replace it without touching the server: any callable with the ``BatchStep``
-signature works.
+``step_each`` runs the steps one by one and hands each outcome back the
+moment it exists; a true batched encoder step can replace it without touching
+the server: any callable with the ``BatchStep`` signature works.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +27,7 @@ import numpy as np
 from asr.events import Event
 
 T = TypeVar("T")
+Outcome = list[Event] | Exception
 
 
 class Stream(Protocol):
@@ -44,25 +47,26 @@ class Step:
     future: asyncio.Future[list[Event]] = field(repr=False)
 
 
-BatchStep = Callable[[Sequence[Step]], list["list[Event] | Exception"]]
+# (steps, deliver): run the steps on the model thread and call deliver(step, outcome)
+# once per step, from that thread, as soon as the step's outcome is known
+BatchStep = Callable[[Sequence[Step], Callable[[Step, Outcome], None]], None]
 
 
-def step_each(steps: Sequence[Step]) -> list[list[Event] | Exception]:
-    """Run steps one after another, capturing each step's exception separately."""
-    outcomes: list[list[Event] | Exception] = []
+def step_each(steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -> None:
+    """Run steps one after another; each session gets its events without waiting for the rest."""
     for step in steps:
         try:
-            if step.samples is None:
-                outcomes.append(step.stream.finish())
-            else:
-                outcomes.append(step.stream.accept(step.samples))
-        except Exception as err:  # delivered to the step's own session only
-            outcomes.append(err)
-    return outcomes
+            events = (
+                step.stream.finish() if step.samples is None else step.stream.accept(step.samples)
+            )
+        except Exception as err:  # goes to the step's own session only
+            deliver(step, err)
+        else:
+            deliver(step, events)
 
 
 class BatchWorker:
-    """A queue of streaming steps served by one model thread."""
+    """A priority queue of streaming steps served by one model thread."""
 
     def __init__(
         self,
@@ -75,10 +79,10 @@ class BatchWorker:
         self.max_wait_s = max_wait_s
         self.run_batch = run_batch
         self.on_batch = on_batch  # (batch size, seconds of compute) for metrics
-        # one thread: torch already spreads a step over the cores, and a single
-        # owner of the model keeps batches in order
+        # one thread: a single owner of the model keeps each session's steps in order
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-model")
-        self._queue: asyncio.Queue[Step] = asyncio.Queue()
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Step]] = asyncio.PriorityQueue()
+        self._order = itertools.count()  # FIFO among steps of equal priority
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -89,9 +93,8 @@ class BatchWorker:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         while not self._queue.empty():
-            step = self._queue.get_nowait()
-            if not step.future.done():
-                step.future.set_exception(RuntimeError("the model worker has stopped"))
+            _, _, step = self._queue.get_nowait()
+            _settle(step, RuntimeError("the model worker has stopped"))
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def accept(self, stream: Stream, samples: np.ndarray) -> list[Event]:
@@ -101,26 +104,27 @@ class BatchWorker:
         return await self._submit(stream, None)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run non-streaming model work (whole-file transcription) on the model thread."""
+        """Run non-streaming model work (loading, whole-file transcription) on the model thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def _submit(self, stream: Stream, samples: np.ndarray | None) -> list[Event]:
         future: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(Step(stream, samples, future))
+        priority = 0 if samples is None else 1
+        self._queue.put_nowait((priority, next(self._order), Step(stream, samples, future)))
         return await future
 
     async def _collect(self) -> list[Step]:
-        batch = [await self._queue.get()]
+        batch = [(await self._queue.get())[2]]
         deadline = time.monotonic() + self.max_wait_s
         while len(batch) < self.max_size:
             if not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+                batch.append(self._queue.get_nowait()[2])
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                batch.append((await asyncio.wait_for(self._queue.get(), remaining))[2])
             except asyncio.TimeoutError:
                 break
         # a session that went away while queued no longer needs its step
@@ -128,26 +132,32 @@ class BatchWorker:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
+
+        def deliver(step: Step, outcome: Outcome) -> None:
+            loop.call_soon_threadsafe(_settle, step, outcome)
+
         while True:
             batch = await self._collect()
             if not batch:
                 continue
             started = time.perf_counter()
             try:
-                outcomes = await loop.run_in_executor(self._executor, self.run_batch, batch)
-            except Exception as err:  # a broken batch fails its steps, not the worker
-                outcomes = [err] * len(batch)
-            if len(outcomes) != len(batch):
-                broken = RuntimeError(
-                    f"batch step gave {len(outcomes)} outcomes for {len(batch)} steps"
-                )
-                outcomes = [broken] * len(batch)
+                await loop.run_in_executor(self._executor, self.run_batch, batch, deliver)
+            except Exception as err:  # a broken batch fails its open steps, not the worker
+                for step in batch:
+                    _settle(step, err)
             if self.on_batch is not None:
                 self.on_batch(len(batch), time.perf_counter() - started)
-            for step, outcome in zip(batch, outcomes, strict=True):
-                if step.future.done():
-                    continue
-                if isinstance(outcome, Exception):
-                    step.future.set_exception(outcome)
-                else:
-                    step.future.set_result(outcome)
+            # deliveries were queued on the loop before the executor's completion, so they
+            # have run by now; a batch step that skipped a step must not leave it hanging
+            for step in batch:
+                _settle(step, RuntimeError("the batch step gave no outcome for this step"))
+
+
+def _settle(step: Step, outcome: Outcome) -> None:
+    if step.future.done():  # already settled, or the session went away
+        return
+    if isinstance(outcome, Exception):
+        step.future.set_exception(outcome)
+    else:
+        step.future.set_result(outcome)

@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=int, default=d.batch_max_size)
     parser.add_argument("--batch-wait-ms", type=float, default=d.batch_max_wait_ms)
+    parser.add_argument("--torch-threads", type=int, default=d.torch_threads)
     parser.add_argument("--log-level", default="info")
 
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_origins=args.allow_origin,
         batch_max_size=args.batch_size,
         batch_max_wait_ms=args.batch_wait_ms,
+        torch_threads=args.torch_threads,
     )
     build_server(settings, args.log_level).run()
     return 0

@@ -42,7 +42,9 @@ class ServerState:
     async def load(self) -> None:
         """Load the model on the model thread; /healthz answers meanwhile, /readyz waits for this."""
         try:
-            self.recognizer = await self.worker.run(_load, self.settings.model)
+            self.recognizer = await self.worker.run(
+                _load, self.settings.model, self.settings.torch_threads
+            )
         except Exception as err:
             self.load_error = f"cannot load model {self.settings.model}: {err}"
             log.exception("model load failed")
@@ -95,7 +97,10 @@ class ServerState:
             log.warning("%d session(s) still open after the shutdown timeout", len(self.sessions))
 
 
-def _load(path: Any) -> Recognizer:
+def _load(path: Any, threads: int) -> Recognizer:
+    import torch
+
     from asr import load_model
 
+    torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
     return load_model(path)

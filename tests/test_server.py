@@ -47,7 +47,7 @@ def server(tiny_bundle):
 def limited(tiny_bundle):
     """Short idle timeout, session length and upload limit; no API key."""
     settings = Settings(
-        model=tiny_bundle, idle_timeout_s=0.5, max_session_s=2.0, max_upload_bytes=64 * 1024
+        model=tiny_bundle, idle_timeout_s=1.0, max_session_s=2.0, max_upload_bytes=64 * 1024
     )
     with LiveServer(settings) as live:
         yield live

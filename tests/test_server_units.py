@@ -124,3 +124,32 @@ def test_settings_validation_and_origins():
     assert settings.origin_allowed("https://app.example")
     assert not settings.origin_allowed("https://evil.example")
     assert Settings().origin_allowed("https://anything.example")
+
+
+def test_worker_runs_finish_steps_first():
+    """After stop a client waits on finish(); audio steps of other sessions can wait a little."""
+    order: list[str] = []
+
+    class Named(Recorder):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def accept(self, samples):
+            order.append(f"accept {self.name}")
+            return super().accept(samples)
+
+        def finish(self):
+            order.append(f"finish {self.name}")
+            return super().finish()
+
+    async def main():
+        worker = BatchWorker(max_size=2, max_wait_s=0.0)
+        worker.start()
+        steps = [worker.accept(Named(str(i)), np.zeros(1, np.float32)) for i in range(3)]
+        await asyncio.gather(*steps, worker.finish(Named("x")))
+        await worker.close()
+
+    asyncio.run(main())
+    assert order[0] == "finish x"
+    assert order[1:] == ["accept 0", "accept 1", "accept 2"]

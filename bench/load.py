@@ -1,0 +1,150 @@
+"""Load test for the streaming server: N concurrent clients over real WebSockets.
+
+Phase 1 (paced): every client sends 100 ms frames at real-time pace, like a
+microphone. Reports p50/p95 time to first result (first audio frame sent ->
+first partial or final received), p50/p95 final latency (stop sent -> end
+received) and errors. Phase 2 (unpaced): every client sends as fast as it can;
+reports the aggregate real-time factor (wall time / audio seconds).
+
+    python bench/load.py --model models/default --clients 50
+    python bench/load.py --url ws://host:8000/v1/stream --clients 20 --audio speech.wav
+
+Without --url the server is started as a subprocess (`asr serve`) on a free
+port. Without --audio one sentence is spoken by espeak-ng.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from server.client import Transcript, file_frames, load_file, stream
+
+SENTENCE = "the quick brown fox jumps over the lazy dog while the band plays on"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=Path("models/default"))
+    parser.add_argument("--url", help="an already running server's /v1/stream URL")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--audio", type=Path, help="WAV/FLAC to stream (default: espeak-ng)")
+    parser.add_argument("--frame-ms", type=float, default=100.0)
+    parser.add_argument("--token", help="API key of the server, if it needs one")
+    parser.add_argument("--skip-unpaced", action="store_true")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra `asr serve` args")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        audio = args.audio or spoken(Path(tmp) / "sentence.wav")
+        samples, rate = load_file(audio)
+        with server(args) as url:
+            print(f"{args.clients} clients, {len(samples) / rate:.2f} s of audio each, {url}")
+            paced = asyncio.run(run_clients(url, args, samples, rate, paced=True))
+            report_paced(paced)
+            if not args.skip_unpaced:
+                started = time.monotonic()
+                unpaced = asyncio.run(run_clients(url, args, samples, rate, paced=False))
+                report_unpaced(unpaced, time.monotonic() - started, len(samples) / rate)
+    return 0
+
+
+def spoken(path: Path) -> Path:
+    if shutil.which("espeak-ng") is None:
+        sys.exit("espeak-ng is not installed: pass --audio FILE")
+    subprocess.run(["espeak-ng", "-w", str(path), SENTENCE], check=True, capture_output=True)
+    return path
+
+
+@contextlib.contextmanager
+def server(args: argparse.Namespace) -> Iterator[str]:
+    """The URL to load: the given one, or a fresh `asr serve` subprocess."""
+    if args.url:
+        yield args.url
+        return
+    if not (args.model / "config.json").is_file():
+        sys.exit(f"no model bundle at {args.model}: pass --model DIR or --url")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "asr.cli", "serve", "--model", str(args.model)]
+    command += ["--port", str(port), "--max-sessions", str(args.clients + 8), "--log-level"]
+    command += ["warning", *args.server_arg]
+    process = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    sys.exit("the server did not become ready")
+                time.sleep(0.2)
+        yield f"ws://127.0.0.1:{port}/v1/stream"
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+async def run_clients(
+    url: str, args: argparse.Namespace, samples: np.ndarray, rate: int, paced: bool
+) -> list[Transcript | BaseException]:
+    async def client(i: int) -> Transcript:
+        if paced:  # spread the starts over one second, as independent users would
+            await asyncio.sleep(i / args.clients)
+        frames = file_frames(samples, rate, args.frame_ms, paced=paced)
+        return await stream(url, frames, rate, token=args.token)
+
+    return await asyncio.gather(*(client(i) for i in range(args.clients)), return_exceptions=True)
+
+
+def split(results: list[Transcript | BaseException]) -> tuple[list[Transcript], list[str]]:
+    done = [r for r in results if isinstance(r, Transcript)]
+    errors = [f"{type(r).__name__}: {r}" for r in results if not isinstance(r, Transcript)]
+    return done, errors
+
+
+def percentiles(name: str, values: list[float]) -> None:
+    if not values:
+        print(f"  {name:<22} n/a")
+        return
+    p50, p95 = np.percentile(np.array(values) * 1000, [50, 95])
+    print(f"  {name:<22} p50 {p50:7.0f} ms   p95 {p95:7.0f} ms   (n={len(values)})")
+
+
+def report_paced(results: list[Transcript | BaseException]) -> None:
+    done, errors = split(results)
+    print("paced (real time):")
+    first = [t.first_result_at - t.first_audio_at for t in done if t.first_result_at]
+    percentiles("time to first result", first)
+    percentiles("final latency", [t.end_at - t.stop_at for t in done])
+    print(f"  errors                 {len(errors)}")
+    for error in sorted(set(errors))[:5]:
+        print(f"    {error}")
+
+
+def report_unpaced(results: list[Transcript | BaseException], wall: float, seconds: float) -> None:
+    done, errors = split(results)
+    audio = seconds * len(done)
+    rtf = wall / audio if audio else float("nan")
+    print("unpaced (as fast as possible):")
+    print(
+        f"  {audio:.1f} s of audio in {wall:.1f} s: aggregate RTF {rtf:.3f} ({1 / rtf:.1f}x real time)"
+    )
+    print(f"  errors                 {len(errors)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
