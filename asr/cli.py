@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "stream": "server.client",
     "prepare": "training.prepare",
     "tokenizer": "training.tokenizer_cli",
+    "transcribe": "asr.transcribe",
 }
 
 

@@ -133,6 +133,11 @@ class SegmentSearch:
             if isinstance(outcome, Segment):
                 return outcome if outcome.tokens else None
 
+    @property
+    def best_tokens(self) -> list[int]:
+        """Tokens of the best live hypothesis of the current segment (may still change)."""
+        return list(self.beam.tokens[0])
+
     def stable_prefix(self) -> list[int]:
         tokens = self.beam.tokens
         prefix = tokens[0]
@@ -249,13 +254,18 @@ class SegmentSearch:
         """End the segment with hypothesis ``index`` and reset the decoder.
 
         By default the next segment starts at the state where this one's
-        end-of-sentence was chosen (or after all memory, if none was).
+        end-of-sentence was chosen (or after all memory, if none was). Softmax
+        attention has no such state: its segment read all of the memory, so the
+        next one starts after it (restarting at the last state would decode that
+        state again as a segment of its own).
         """
         beam = self.beam
         tokens = beam.tokens[index] if index is not None else []
         positions = beam.positions[index] if index is not None else []
         if next_start is None:
             eos_at = int(beam.selected[index]) if index is not None else -1
+            if isinstance(self.model.decoder.attention, SoftmaxAttention):
+                eos_at = -1
             next_start = eos_at if eos_at >= 0 else self.memory.total
         # Every segment moves the start forward, so decoding always terminates.
         next_start = max(next_start, self.segment_start + 1)

@@ -9,7 +9,10 @@ file at once is therefore offline decoding: the two give the same transcript.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -21,6 +24,26 @@ from asr.events import Event
 from asr.features import StreamingFbank
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
+
+_MKLDNN_SWITCH = threading.Lock()
+
+
+@contextmanager
+def _native_lstm() -> Iterator[None]:
+    """Run the encoder's LSTMs on PyTorch's native CPU kernel rather than oneDNN's.
+
+    oneDNN re-lays out the LSTM weights on every call, which for the few frames
+    of a streaming chunk costs 2-3x the arithmetic. The switch is process-wide,
+    so concurrent sessions take a lock (every session then runs the same kernel,
+    which keeps streaming and offline results identical).
+    """
+    with _MKLDNN_SWITCH:
+        previous = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+        try:
+            yield
+        finally:
+            torch.backends.mkldnn.enabled = previous
 
 
 class StreamingSession:
@@ -93,7 +116,8 @@ class StreamingSession:
         if len(frames) == 0:
             return events
         feats = self.model.encoder.normalize(torch.from_numpy(frames).unsqueeze(0))
-        states, self._encoder_state = self.model.encoder(feats, self._encoder_state)
+        with _native_lstm():
+            states, self._encoder_state = self.model.encoder(feats, self._encoder_state)
         for state in states[0]:
             events += self._on_state(state.unsqueeze(0))
         return events
@@ -119,11 +143,14 @@ class StreamingSession:
         if (
             decode.endpoint_silence_s > 0
             and trailing_silence >= decode.endpoint_silence_s
-            and self._partial
+            and search.best_tokens
         ) or seconds_in_segment >= decode.max_segment_s:
             segment = search.end_segment()
             events += self._final(segment)
             search.restart_at(search.states_seen)
+            # The next segment needs trailing silence of its own: without this, one
+            # token decoded in the same pause would close it again at once.
+            self._silent_states = 0
         return events
 
     def _final(self, segment: Segment | None) -> list[Event]:

@@ -1,0 +1,179 @@
+"""The online hard-attention search (issue 3, test 4): linear time for hard monotonic
+attention and faster-than-linear for softmax in one run, at most T + U energy
+evaluations, tokens emitted as soon as the state that selects them exists, and
+segment boundaries."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from asr.audio import load_audio
+from asr.bundle import load_model
+from asr.config import Config
+from asr.decoding import SegmentSearch, decode_batch, drain
+from asr.features import Fbank
+from asr.model import EOS_ID, Seq2Seq
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def random_model(kind: str, **decode: object) -> tuple[Seq2Seq, Config]:
+    """A random decoder over 256-dim memory; r = 0 so the monotonic scan selects states."""
+    data = Config().to_dict()
+    data["model"]["encoder"].update(units=256)
+    data["model"]["decoder"].update(units=64, embed_dim=32)
+    data["model"]["attention"].update(kind=kind, dim=128, init_r=0.0)
+    data["decode"].update(decode)
+    config = Config.from_dict(data)
+    torch.manual_seed(0)
+    return Seq2Seq(config.model, 40).eval(), config
+
+
+def random_memory(states: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(states, 256, generator=torch.Generator().manual_seed(seed)).tanh()
+
+
+@torch.no_grad()
+def timed_decode(model: Seq2Seq, config: Config, memory: torch.Tensor):
+    start = time.thread_time()  # CPU time of this thread: robust to other jobs on the machine
+    search = SegmentSearch(model, config.decode)
+    search.append(memory)
+    segments = drain(search)
+    return time.thread_time() - start, segments, search
+
+
+def test_decode_time_is_linear_for_hard_monotonic_and_superlinear_for_softmax() -> None:
+    base = 100
+    results = {}
+    for kind in ("monotonic", "softmax"):
+        # No end-of-sentence: decoding runs over the whole memory. Softmax stops
+        # only at the token cap, which grows with the input as speech would.
+        model, config = random_model(kind, endpoint_on_eos=False)
+        for factor in (1, 16):
+            states = base * factor
+            config.decode.max_tokens = states // 2 if kind == "softmax" else 100 * states
+            memory = random_memory(states)
+            # the short run is repeated (its best time counts) so noise cannot dominate it
+            runs = [timed_decode(model, config, memory) for _ in range(3 if factor == 1 else 1)]
+            results[kind, factor] = (min(r[0] for r in runs), runs[0][1])
+
+    for kind in ("monotonic", "softmax"):
+        for factor in (1, 16):
+            _, segments = results[kind, factor]
+            states = base * factor
+            tokens = sum(len(s.tokens) for s in segments)
+            positions = [p for s in segments for p in s.positions]
+            # tokens all through the input, and more of them for longer input
+            assert tokens >= states // 2 and max(positions) >= 0.95 * states, (kind, factor)
+
+    mono = results["monotonic", 16][0] / results["monotonic", 1][0]
+    soft = results["softmax", 16][0] / results["softmax", 1][0]
+    assert mono <= 20, f"hard monotonic: 16x input took {mono:.1f}x time"
+    assert soft >= 24 and soft >= 1.3 * mono, f"softmax {soft:.1f}x vs monotonic {mono:.1f}x"
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_hard_scan_evaluates_at_most_t_plus_u_energies(beam: int) -> None:
+    model, config = random_model("monotonic", endpoint_on_eos=False, beam_size=beam)
+    for states in (37, 400):
+        config.decode.max_tokens = 100 * states
+        with torch.no_grad():
+            search = SegmentSearch(model, config.decode)
+            search.append(random_memory(states, seed=states))
+            segments = drain(search)
+        steps = sum(len(s.tokens) + 1 for s in segments)  # tokens and each end of sentence
+        assert steps > states  # tokens everywhere, several per state
+        assert 0 < search.evaluations <= beam * (states + steps)
+
+
+@torch.no_grad()
+def test_tokens_come_out_as_soon_as_their_state_exists(tiny_bundle: Path, speech_dir: Path) -> None:
+    recognizer = load_model(tiny_bundle)
+    model = recognizer.model
+    config = recognizer.config
+    config.decode.endpoint_on_eos = False  # one segment over the whole utterance
+    feats = torch.from_numpy(
+        Fbank(config.model.features).compute(load_audio(speech_dir / "utt09.wav"))
+    )
+    memory, _ = model.encode(feats.unsqueeze(0), torch.tensor([len(feats)]))
+    offline = drain(_filled(SegmentSearch(model, config.decode), memory[0]))
+    assert len(offline) == 1 and len(offline[0].tokens) > 3
+    tokens, positions = offline[0].tokens, offline[0].positions
+    search = SegmentSearch(model, config.decode)
+    for n in range(memory.shape[1]):
+        search.append(memory[0, n : n + 1])
+        prefix, segment = search.advance()
+        assert segment is None
+        # exactly the tokens whose selected state has arrived
+        assert prefix == [t for t, p in zip(tokens, positions) if p <= n]
+        assert search.evaluations <= n + 1 + len(prefix) + 1
+    _, segment = search.advance(complete=True)
+    assert segment is not None and segment.tokens == tokens
+
+
+def _filled(search: SegmentSearch, memory: torch.Tensor) -> SegmentSearch:
+    search.append(memory)
+    return search
+
+
+@torch.no_grad()
+def test_softmax_segment_consumes_the_whole_memory() -> None:
+    model, config = random_model("softmax")
+    with torch.no_grad():
+        model.decoder.out.bias[EOS_ID] = 100.0  # end of sentence at once
+    search = SegmentSearch(model, config.decode)
+    search.append(random_memory(30))
+    _, segment = search.advance(complete=True)
+    assert segment is not None and segment.end == 30
+    assert search.segment_start == 30  # no second segment over the last state
+    assert drain(search) == []
+
+
+@torch.no_grad()
+def test_end_of_sentence_closes_the_segment_and_decoding_resumes_there() -> None:
+    model, config = random_model("monotonic", beam_size=2)
+    search = SegmentSearch(model, config.decode)
+    memory = random_memory(60)
+    search.append(memory)
+    segments = drain(search)
+    for before, after in zip(segments, segments[1:]):
+        assert before.end <= after.start
+        assert all(before.start <= p < before.end for p in before.positions if p >= 0)
+
+
+@torch.no_grad()
+def test_decode_batch_matches_the_search_per_utterance(tiny_bundle: Path, speech_dir: Path) -> None:
+    recognizer = load_model(tiny_bundle)
+    fbank = Fbank(recognizer.config.model.features)
+    feats = [
+        torch.from_numpy(fbank.compute(load_audio(speech_dir / f"utt0{i}.wav"))) for i in range(3)
+    ]
+    lens = torch.tensor([len(f) for f in feats])
+    padded = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    batch = decode_batch(recognizer.model, padded, lens, recognizer.config.decode)
+    for f, got in zip(feats, batch):
+        one = decode_batch(
+            recognizer.model, f.unsqueeze(0), torch.tensor([len(f)]), recognizer.config.decode
+        )[0]
+        assert [s.tokens for s in got] == [s.tokens for s in one]
+        assert sum(len(s.tokens) for s in got) > 0
+
+
+def test_bad_decode_settings_are_refused() -> None:
+    model, config = random_model("monotonic")
+    for field in ("beam_size", "max_tokens", "max_tokens_per_state"):
+        bad = Config.from_dict(config.to_dict())
+        setattr(bad.decode, field, 0)
+        with pytest.raises(ValueError, match=field):
+            SegmentSearch(model, bad.decode)

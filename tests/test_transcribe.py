@@ -1,0 +1,71 @@
+"""``asr transcribe``: the real console script on a tiny bundle."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asr.audio import read_audio
+from asr.bundle import load_model
+
+
+def asr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("asr") or str(Path(sys.executable).with_name("asr"))
+    if not Path(exe).exists():
+        pytest.skip("the asr console script is not installed (pip install -e .)")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [exe, *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
+    )
+
+
+def test_transcribe_prints_text_and_json_and_goes_on_after_a_bad_file(
+    tiny_bundle: Path, speech_dir: Path, tmp_path: Path
+) -> None:
+    recognizer = load_model(tiny_bundle)
+    wavs = [speech_dir / "utt00.wav", speech_dir / "utt01.wav"]
+    expected = [recognizer.transcribe(*read_audio(w)) for w in wavs]
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF not really a wave file")
+    missing = tmp_path / "missing.wav"
+
+    done = asr(
+        "transcribe",
+        str(wavs[0]),
+        str(broken),
+        str(missing),
+        str(wavs[1]),
+        "--model",
+        str(tiny_bundle),
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == [f"{wavs[0]}\t{expected[0]}", f"{wavs[1]}\t{expected[1]}"]
+    assert str(broken) in done.stderr and str(missing) in done.stderr
+    assert "2 of 4" in done.stderr
+
+    done = asr("transcribe", *map(str, wavs), "--model", str(tiny_bundle), "--json", "--beam", "2")
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["file"] for r in records] == [str(w) for w in wavs]
+    for record in records:
+        assert record["segments"], record
+        assert record["text"] == " ".join(s["text"] for s in record["segments"] if s["text"])
+        for segment in record["segments"]:
+            assert 0 <= segment["start"] <= segment["end"]
+            assert segment["tokens"]
+
+
+def test_transcribe_without_a_model_says_where_it_looked_and_what_to_do(
+    speech_dir: Path, tmp_path: Path
+) -> None:
+    done = asr("transcribe", str(speech_dir / "utt00.wav"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "models/default" in done.stderr and "--model" in done.stderr
+    assert "Traceback" not in done.stderr
