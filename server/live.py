@@ -1,4 +1,4 @@
-"""Run the server on a background thread bound to a free loopback port (tests, benchmarks)."""
+"""Run the server on a background thread bound to a free loopback port (tests, embedding)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr.audio import decode_pcm
 from asr.events import Event
+from server.batching import Stream
 from server.protocol import (
     CloseCode,
     End,
@@ -80,7 +81,7 @@ class StreamSession:
         self.id = uuid.uuid4().hex
         self.deadline = time.monotonic() + state.settings.max_session_s
         self.start: Start | None = None
-        self.stream = None
+        self.stream: Stream | None = None
         self.audio: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
         self.ready_at = 0.0
         self.results_sent = 0
@@ -177,13 +178,12 @@ class StreamSession:
         A pump failure (bad audio found by the recognizer) is raised here so the
         reader stops at once instead of waiting for the next frame.
         """
-        now = time.monotonic()
         idle = self.state.settings.idle_timeout_s
-        timeout = min(idle, self.deadline - now)
+        session_left = self.deadline - time.monotonic()
         receive = asyncio.ensure_future(self.ws.receive())
         waiters = {receive, self._closing} | ({pump} if pump is not None else set())
         done, _ = await asyncio.wait(
-            waiters, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED
+            waiters, timeout=max(min(idle, session_left), 0.0), return_when=asyncio.FIRST_COMPLETED
         )
         if receive not in done:
             receive.cancel()
@@ -191,7 +191,7 @@ class StreamSession:
                 pump.result()  # re-raises the pump's error
             if self._closing in done:
                 return "shutdown", b""
-            if time.monotonic() >= self.deadline:
+            if session_left <= idle:  # timers may fire a hair early: no clock comparison here
                 raise ProtocolError(
                     ErrorCode.SESSION_TOO_LONG,
                     f"sessions are limited to {self.state.settings.max_session_s:g} s",
