@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 
+import torch
+
 from server.cli import build_server
 from server.settings import Settings
 
@@ -41,6 +43,7 @@ class LiveServer:
             return err.code, json.loads(err.read())
 
     def __enter__(self) -> LiveServer:
+        self._torch_threads = torch.get_num_threads()  # the server sets it process-wide
         self.thread.start()
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
@@ -58,6 +61,7 @@ class LiveServer:
         """Graceful shutdown: open sessions are flushed before the sockets close."""
         self.server.should_exit = True
         self.thread.join(timeout=60)
+        torch.set_num_threads(self._torch_threads)  # leave the host process as it was
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
