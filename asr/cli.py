@@ -14,6 +14,8 @@ COMMANDS: dict[str, str] = {
     "prepare": "training.prepare",
     "tokenizer": "training.tokenizer_cli",
     "transcribe": "asr.transcribe",
+    "train": "training.train",
+    "eval": "training.evaluate",
 }
 
 

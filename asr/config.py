@@ -98,20 +98,38 @@ class DecodeConfig:
 
 
 @dataclass
+class SpecAugmentConfig:
+    """Masks on CMVN-normalised features in training (masked values become 0, the mean)."""
+
+    freq_masks: int = 2
+    freq_width: int = 15  # maximum width of one frequency mask (mel bins)
+    time_masks: int = 2
+    time_width: int = 40  # maximum width of one time mask (frames)
+    time_ratio: float = 0.1  # ... and at most this fraction of the utterance
+
+
+@dataclass
 class TrainConfig:
     train_manifest: str = ""
     valid_manifest: str = ""
+    tokenizer: str = ""  # .model (sentencepiece) or .txt (symbols); empty: trained from texts
     output_dir: str = "exp"
     epochs: int = 10
-    max_batch_seconds: float = 120.0  # bucketed batches hold at most this much audio
+    max_batch_seconds: float = 120.0  # bucketed batches hold at most this much (padded) audio
     lr: float = 1e-3
     warmup_steps: int = 500
+    final_lr_ratio: float = 0.05  # cosine decay after warmup ends at lr * final_lr_ratio
     weight_decay: float = 1e-6
     grad_clip: float = 5.0
+    label_smoothing: float = 0.0
     specaugment: bool = True
+    spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     seed: int = 0
     num_workers: int = 0
+    threads: int = 0  # torch intra-op threads per process (0: torch's default)
     log_every: int = 10
+    checkpoint_every: int = 200  # steps between mid-epoch checkpoints (0: epoch ends only)
+    valid_decode_max: int = 300  # utterances decoded for the validation WER (0: all)
     max_steps: int = 0  # stop after this many optimizer steps (0: no limit)
     max_minutes: float = 0.0  # stop after this much wall time (0: no limit)
 

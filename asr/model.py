@@ -241,14 +241,28 @@ class Seq2Seq(nn.Module):
         target_lens: Tensor,
         feature_transform: Callable[[Tensor, Tensor], Tensor] | None = None,
         label_smoothing: float = 0.0,
+        normalizer: tuple[float, float] | None = None,
     ) -> tuple[Tensor, dict[str, float]]:
-        """Mean per-token cross entropy (plus ctc_weight x CTC); targets 0-padded, without EOS."""
+        """Per-token cross entropy (plus ctc_weight x per-token CTC); targets 0-padded, without EOS.
+
+        Both losses are sums divided by token counts: by default this batch's
+        (attention tokens including EOS, CTC target tokens). Data-parallel
+        training passes the global batch's counts as ``normalizer``, so the
+        ranks' gradients add up to the gradient of the whole batch.
+        """
         logits, _, tokens_out, memory, mem_lens = self.forward_teacher(
             feats, feat_lens, targets, target_lens, feature_transform
         )
         valid = tokens_out != BLANK_ID
-        att_loss = F.cross_entropy(
-            logits[valid], tokens_out[valid], label_smoothing=label_smoothing
+        att_tokens, ctc_tokens = normalizer or (
+            float(valid.sum()),
+            float(target_lens.sum().clamp(min=1)),
+        )
+        att_loss = (
+            F.cross_entropy(
+                logits[valid], tokens_out[valid], label_smoothing=label_smoothing, reduction="sum"
+            )
+            / att_tokens
         )
         stats = {
             "att_loss": float(att_loss.detach()),
@@ -258,9 +272,18 @@ class Seq2Seq(nn.Module):
         loss = att_loss
         if self.ctc is not None:
             log_probs = F.log_softmax(self.ctc(memory), dim=-1).transpose(0, 1)
-            ctc_loss = F.ctc_loss(
-                log_probs, targets, mem_lens, target_lens, blank=BLANK_ID, zero_infinity=True
-            ) / target_lens.float().mean().clamp(min=1)
+            ctc_loss = (
+                F.ctc_loss(
+                    log_probs,
+                    targets,
+                    mem_lens,
+                    target_lens,
+                    blank=BLANK_ID,
+                    reduction="sum",
+                    zero_infinity=True,
+                )
+                / ctc_tokens
+            )
             stats["ctc_loss"] = float(ctc_loss.detach())
             loss = (1 - self.cfg.ctc_weight) * att_loss + self.cfg.ctc_weight * ctc_loss
         stats["loss"] = float(loss.detach())

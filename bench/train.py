@@ -1,0 +1,164 @@
+"""Training throughput of a config on this machine, in audio-seconds per wall-second.
+
+Runs full training steps (forward, backward, clipping, optimizer) of the model
+on synthetic batches: random features with utterance lengths drawn like a
+speech corpus (1.5-8 s) and about 3 target tokens per second. A profiled step
+then splits forward+backward time between the encoder, the attention and the
+decoder (backward ops are attributed to the forward op that created them).
+
+  python bench/train.py                         # training/configs/default.yaml
+  python bench/train.py --threads 1 --batch-seconds 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr.config import Config  # noqa: E402
+from asr.model import Seq2Seq  # noqa: E402
+from training.dataset import make_batches  # noqa: E402
+
+GOAL = 60.0
+PARTS = ("attention", "encoder", "decoder")  # innermost label wins (attention is inside decoder)
+
+
+def synthetic_batch(
+    config: Config, vocab: int, seconds: float, generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
+    """One bucketed batch (the first of make_batches over a pool of random-length utterances)."""
+    lengths = (torch.rand(400, generator=generator) * 6.5 + 1.5) * 100  # frames at 10 ms
+    frames = [int(x) for x in lengths]
+    batch = make_batches(frames, int(seconds * 100), seed=0, epoch=0, shuffle=False)
+    chosen = max(batch, key=lambda b: sum(frames[i] for i in b))
+    lens = torch.tensor([frames[i] for i in chosen])
+    feats = torch.randn(
+        len(chosen), int(lens.max()), config.model.features.num_mel_bins, generator=generator
+    )
+    target_lens = (lens.float() / 100 * 3).long().clamp(min=1)
+    targets = torch.randint(3, vocab, (len(chosen), int(target_lens.max())), generator=generator)
+    targets[torch.arange(targets.shape[1])[None, :] >= target_lens[:, None]] = 0
+    return feats, lens, targets, target_lens
+
+
+def labelled(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with record_function(label):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def instrument(model: Seq2Seq) -> None:
+    """Wrap the parts in profiler ranges (instance attributes; the classes stay untouched)."""
+    attention = model.decoder.attention
+    attention.soft = labelled("attention", attention.soft)  # type: ignore[method-assign]
+    attention.keys = labelled("attention", attention.keys)  # type: ignore[method-assign]
+    model.decoder.teacher_forced = labelled("decoder", model.decoder.teacher_forced)  # type: ignore[method-assign]
+    model.encoder.forward = labelled("encoder", model.encoder.forward)  # type: ignore[method-assign]
+
+
+def shares(step: Callable[[], None]) -> dict[str, float]:
+    """Seconds of forward and backward per part for one profiled step."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    events = prof.events()
+    part_of_seq: dict[int, str] = {}
+    for event in events:
+        if event.sequence_nr < 0 or event.name.startswith("autograd::engine"):
+            continue
+        parent, part = event.cpu_parent, "other"
+        while parent is not None:
+            if parent.name in PARTS:
+                part = parent.name
+                break
+            parent = parent.cpu_parent
+        part_of_seq.setdefault(event.sequence_nr, part)
+    seconds: dict[str, float] = defaultdict(float)
+    for event in events:
+        duration = (event.time_range.end - event.time_range.start) / 1e6
+        if event.name in PARTS:
+            seconds[event.name + " fwd"] += duration
+        elif (
+            event.name.startswith("autograd::engine::evaluate_function")
+            and event.cpu_parent is None
+        ):
+            seconds[part_of_seq.get(event.sequence_nr, "other") + " bwd"] += duration
+    # Attention runs inside the decoder range: move its forward time out of the decoder's.
+    seconds["decoder fwd"] -= seconds.get("attention fwd", 0.0)
+    return dict(seconds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "training/configs/default.yaml")
+    parser.add_argument("--batch-seconds", type=float, help="default: train.max_batch_seconds")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    config = Config.load(args.config)
+    vocab = config.model.tokenizer.vocab_size
+    torch.manual_seed(0)
+    model = Seq2Seq(config.model, vocab)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    seconds = args.batch_seconds or config.train.max_batch_seconds
+    feats, lens, targets, target_lens = synthetic_batch(
+        config, vocab, seconds, torch.Generator().manual_seed(0)
+    )
+    audio = float(lens.sum()) / 100
+
+    def step() -> None:
+        optimizer.zero_grad()
+        loss, _ = model.compute_loss(feats, lens, targets, target_lens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
+        optimizer.step()
+
+    print(
+        f"config {args.config.name}: {model.num_parameters() / 1e6:.2f}M parameters, "
+        f"{args.threads} thread(s), ctc_weight {config.model.ctc_weight}"
+    )
+    print(
+        f"batch: {len(lens)} utterances, {audio:.1f} s audio (padded {feats.shape[0] * feats.shape[1] / 100:.1f} s), "
+        f"{int(target_lens.sum())} tokens, longest {feats.shape[1] / 100:.1f} s / {targets.shape[1]} tokens"
+    )
+    step()  # warm-up
+    times = []
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    mean = sum(times) / len(times)
+    print(
+        f"step: {mean:.2f} s (min {min(times):.2f}) -> {audio / mean:.1f} audio-seconds per second "
+        f"(goal {GOAL:.0f})"
+    )
+
+    instrument(model)
+    parts = shares(step)
+    total = sum(parts.values())
+    print("time share of one profiled step (forward + backward):")
+    for name in ("encoder", "attention", "decoder", "other"):
+        fwd, bwd = parts.get(f"{name} fwd", 0.0), parts.get(f"{name} bwd", 0.0)
+        print(
+            f"  {name:<9} {100 * (fwd + bwd) / total:5.1f}%  (forward {fwd:.2f} s, backward {bwd:.2f} s)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""`asr eval`: per-utterance JSON lines, a summary table, attention plots, PER folding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+import soundfile
+
+from asr.bundle import load_model
+from asr.cli import main
+from tests.conftest import speech_files
+from training.evaluate import evaluate
+from training.manifest import Entry
+from training.plots import DPI, FIGSIZE
+
+
+def test_eval_writes_results_summary_and_plot(
+    tmp_path: Path, tiny_bundle: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "test.jsonl"
+    with open(manifest, "w") as f:
+        for wav, text in speech_files(speech_dir)[:3]:
+            info = soundfile.info(str(wav))
+            row = {"id": wav.stem, "audio": str(wav), "text": text, "duration": info.duration}
+            f.write(json.dumps(row) + "\n")
+        f.write('{"id": "gone", "audio": "gone.wav", "text": "x", "duration": 1.0}\n')
+    out = tmp_path / "eval"
+    args = ["eval", "--model", str(tiny_bundle), "--manifest", str(manifest), "--out", str(out)]
+    assert main([*args, "--plot", "utt01"]) == 0
+    captured = capsys.readouterr()
+    assert "WER" in captured.out and "CER" in captured.out and "3 utterances" in captured.out
+    assert "skipping gone" in captured.err
+
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["utt00", "utt01", "utt02"]
+    assert all({"id", "ref", "hyp", "errors"} <= r.keys() for r in records)
+    recognizer = load_model(tiny_bundle)
+    wav, _ = speech_files(speech_dir)[0]
+    samples, rate = soundfile.read(str(wav), dtype="float32")
+    assert records[0]["hyp"] == recognizer.transcribe(samples, rate)  # the offline/streaming path
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["utterances"] == 3
+    assert summary["wer"]["errors"] == sum(r["errors"] for r in records)
+
+    image = matplotlib.image.imread(out / "utt01.png")
+    assert image.shape[:2] == (int(FIGSIZE[1] * DPI), int(FIGSIZE[0] * DPI))
+    assert np.ptp(image[..., :3]) > 0  # not a blank canvas
+
+    assert main([*args, "--plot", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_phone_scoring_folds_to_39(tiny_bundle: Path, speech_dir: Path) -> None:
+    recognizer = load_model(tiny_bundle)
+    recognizer.transcribe = lambda samples, rate: "aa aa ih sil"  # type: ignore[method-assign]
+    wav, _ = speech_files(speech_dir)[0]
+    entry = Entry("u1", str(wav), "aa ao ix pau", 2.0)
+    summary, records = evaluate(recognizer, [entry], phones=True)
+    # ao -> aa, ix -> ih, pau -> sil: every phone matches after folding.
+    assert summary["per"]["rate"] == 0.0 and records[0]["errors"] == 0
+    summary, _ = evaluate(recognizer, [entry], phones=False)
+    assert summary["wer"]["errors"] == 3

@@ -1,0 +1,143 @@
+"""Evaluate a model bundle on a manifest: WER and CER (PER with --phones), per-utterance results, plots.
+
+Every utterance is decoded through the recognizer's offline path (a streaming
+session fed the whole file), so the figures are those streaming gives.
+Writes OUT/results.jsonl (id, ref, hyp, errors), OUT/summary.json and, for
+each --plot id, OUT/<id>.png: the teacher-forced soft alignment with the hard
+monotonic path of greedy decoding drawn over it.
+
+Examples:
+  asr eval --model models/default --manifest data/test.jsonl --out exp/eval
+  asr eval --model exp/timit/bundle --manifest data/timit/test.jsonl --phones
+  asr eval --model models/default --manifest data/test.jsonl --plot utt001 utt002 --beam 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from asr.bundle import load_model
+from asr.decoding import decode_batch
+from asr.features import Fbank
+from asr.recognizer import Recognizer
+from asr.scoring import score
+from training.dataset import entry_audio
+from training.manifest import Entry, read_manifest
+from training.plots import plot_alignment
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", type=Path, required=True, help="model bundle directory")
+    parser.add_argument("--manifest", type=Path, required=True, help="JSON lines manifest")
+    parser.add_argument("--out", type=Path, help="output directory (default: eval-<manifest>)")
+    parser.add_argument(
+        "--phones", action="store_true", help="score PER after TIMIT 39-phone folding"
+    )
+    parser.add_argument("--plot", nargs="+", default=[], metavar="ID", help="utterances to plot")
+    parser.add_argument(
+        "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    recognizer = load_model(args.model)
+    if args.beam is not None:
+        if args.beam < 1:
+            raise ValueError(f"--beam must be >= 1, got {args.beam}")
+        recognizer.config.decode.beam_size = args.beam
+    entries, _ = read_manifest(args.manifest)
+    if not entries:
+        raise ValueError(f"{args.manifest}: no usable utterances")
+    by_id = {e.id: e for e in entries}
+    unknown = [i for i in args.plot if i not in by_id]
+    if unknown:
+        raise ValueError(f"--plot: {', '.join(unknown)} not in {args.manifest}")
+    out = args.out or Path(f"eval-{args.manifest.stem}")
+    out.mkdir(parents=True, exist_ok=True)
+
+    summary, records = evaluate(recognizer, entries, args.phones)
+    with open(out / "results.jsonl", "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    summary.update(model=str(args.model), manifest=str(args.manifest))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(summary_table(summary))
+    for uid in args.plot:
+        path = plot_utterance(recognizer, by_id[uid], out / f"{uid}.png")
+        print(f"plot: {path}")
+    print(f"results: {out / 'results.jsonl'}, summary: {out / 'summary.json'}")
+    return 0
+
+
+def evaluate(
+    recognizer: Recognizer, entries: list[Entry], phones: bool = False
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Decode every entry and score: (summary, per-utterance records)."""
+    rate = recognizer.config.model.features.sample_rate
+    hyps, audio_seconds = [], 0.0
+    started = time.monotonic()
+    cache: dict[str, np.ndarray] = {}
+    for entry in tqdm(entries, desc="decoding", unit="utt", file=sys.stderr):
+        samples = entry_audio(entry, rate, cache)
+        audio_seconds += len(samples) / rate
+        hyps.append(recognizer.transcribe(samples, rate))
+    elapsed = time.monotonic() - started
+    refs = [e.text.lower() for e in entries]
+    summary, records = score([e.id for e in entries], refs, hyps, phones=phones)
+    summary["audio_seconds"] = round(audio_seconds, 2)
+    summary["real_time_factor"] = round(elapsed / max(audio_seconds, 1e-9), 4)
+    return summary, records
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """A plain-text table of the error rates in ``summary``."""
+    header = f"{'metric':<6} {'rate':>8} {'errors':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref':>7}"
+    lines = [header, "-" * len(header)]
+    for key in ("wer", "cer", "per"):
+        if key in summary:
+            c = summary[key]
+            lines.append(
+                f"{key.upper():<6} {100 * c['rate']:>7.2f}% {c['errors']:>7} "
+                f"{c['substitutions']:>6} {c['deletions']:>6} {c['insertions']:>6} "
+                f"{c['reference_length']:>7}"
+            )
+    lines.append(
+        f"{summary['utterances']} utterances, {summary['audio_seconds']:.1f} s of audio, "
+        f"real-time factor {summary['real_time_factor']:.3f}"
+    )
+    return "\n".join(lines)
+
+
+@torch.no_grad()
+def plot_utterance(recognizer: Recognizer, entry: Entry, out: Path) -> Path:
+    """Soft alignment under teacher forcing on the reference, and the greedy hard path."""
+    model, tokenizer, config = recognizer.model, recognizer.tokenizer, recognizer.config
+    model.eval()
+    samples = entry_audio(entry, config.model.features.sample_rate)
+    feats = torch.from_numpy(Fbank(config.model.features).compute(samples)).unsqueeze(0)
+    lens = torch.tensor([feats.shape[1]])
+    reference = tokenizer.encode(entry.text)
+    targets = torch.tensor([reference], dtype=torch.long)
+    weights = model.attention_maps(feats, lens, targets, torch.tensor([len(reference)]))[0]
+    greedy = config.decode.__class__(**{**config.decode.__dict__, "beam_size": 1})
+    segments = decode_batch(model, feats, lens, greedy)[0]
+    path, row, hyp = [], 0, []
+    for segment in segments:
+        for position in segment.positions:
+            if position >= 0:
+                path.append((row, position))
+            row += 1
+        hyp.extend(segment.tokens)
+    seconds = model.encoder.reduction * config.model.features.frame_shift_ms / 1000
+    title = f"{entry.id}\nref: {entry.text}\nhyp: {tokenizer.decode(hyp)}"
+    labels = tokenizer.pieces(reference) + ["<eos>"]
+    return plot_alignment(weights.numpy(), labels, path, out, title, seconds)

@@ -1,0 +1,580 @@
+"""Train a monotonic-attention model from a YAML config (plus section.key=value overrides).
+
+Features are computed once and cached under the output directory; CMVN comes
+from the training features; the tokenizer is train.tokenizer, or trained from
+the training texts when that is empty. Checkpoints (output/last.pt, best.pt)
+hold everything needed to continue exactly where a killed run stopped; model
+bundles are written to output/bundle (final) and output/best_bundle.
+
+Examples:
+  asr train --config training/configs/default.yaml train.train_manifest=data/train.jsonl \\
+      train.valid_manifest=data/dev.jsonl --out exp/default
+  asr train --config exp/default/config.yaml --out exp/default --resume
+  torchrun --standalone --nproc_per_node 2 -m asr.cli train --config CONFIG.yaml --out exp/ddp
+  tensorboard --logdir exp/default/tensorboard
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import math
+import os
+import random
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from asr.bundle import save_bundle
+from asr.config import Config
+from asr.decoding import decode_batch
+from asr.features import CMVN
+from asr.model import Seq2Seq
+from asr.scoring import wer
+from asr.tokenizer import SentencePieceTokenizer, SymbolTokenizer, Tokenizer, load_tokenizer
+from training.dataset import (
+    Batch,
+    SpecAugment,
+    Utterance,
+    UtteranceDataset,
+    build_utterances,
+    cache_features,
+    collate,
+    compute_cmvn,
+    make_batches,
+)
+from training.manifest import Entry, read_manifest
+
+TOKENIZER_SUFFIX = {"sentencepiece": ".model", "symbols": ".txt"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, required=True, help="YAML or JSON config")
+    parser.add_argument("overrides", nargs="*", help="section.key=value settings")
+    parser.add_argument("--out", type=Path, help="output directory (default: train.output_dir)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from OUT/last.pt where it stopped"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = Config.load(args.config, args.overrides)  # unknown keys fail here, before any work
+    out = Path(args.out or config.train.output_dir)
+    check_config(config, out, args.resume)
+    command = "asr " + shlex.join(sys.argv[1:])
+    with Distributed() as ddp:
+        Trainer(config, out, ddp, command).fit(resume=args.resume)
+    return 0
+
+
+def check_config(config: Config, out: Path, resume: bool) -> None:
+    """Everything that can be checked cheaply, so a bad run fails before feature extraction."""
+    t = config.train
+    if not t.train_manifest:
+        raise ValueError("train.train_manifest is not set")
+    for name in ("train_manifest", "valid_manifest", "tokenizer"):
+        value = getattr(t, name)
+        if value and not Path(value).is_file():
+            raise FileNotFoundError(f"train.{name}: {value} does not exist")
+    kind = config.model.tokenizer.kind
+    if t.tokenizer and Path(t.tokenizer).suffix != TOKENIZER_SUFFIX[kind]:
+        raise ValueError(
+            f"train.tokenizer {t.tokenizer} does not fit model.tokenizer.kind={kind} "
+            f"(expected a {TOKENIZER_SUFFIX[kind]} file)"
+        )
+    if t.epochs < 1 or t.max_batch_seconds <= 0 or t.lr <= 0:
+        raise ValueError("train.epochs, max_batch_seconds and lr must be positive")
+    if resume and not (out / "last.pt").is_file():
+        raise FileNotFoundError(f"--resume: {out / 'last.pt'} does not exist")
+    Seq2Seq(config.model, 4)  # validates the architecture settings
+
+
+class Distributed:
+    """torch.distributed when launched by torchrun (WORLD_SIZE > 1), otherwise one process."""
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.device = torch.device("cpu")
+
+    def __enter__(self) -> Distributed:
+        if self.world > 1:
+            backend = "gloo"
+            if torch.cuda.is_available():
+                backend = "nccl"
+                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(self.device)
+            dist.init_process_group(backend, timeout=timedelta(hours=4))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.world > 1:
+            dist.destroy_process_group()
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def all_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            tensor = tensor.to(self.device)
+            dist.all_reduce(tensor)
+        return tensor.cpu()
+
+    def gather(self, obj: Any) -> list[Any]:
+        if self.world == 1:
+            return [obj]
+        objects: list[Any] = [None] * self.world
+        dist.all_gather_object(objects, obj)
+        return objects
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if self.world == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, 0)
+        return box[0]
+
+    def broadcast_model(self, model: torch.nn.Module) -> None:
+        if self.world > 1:
+            for tensor in model.state_dict().values():
+                dist.broadcast(tensor, 0)
+
+
+def lr_factor(step: int, warmup: int, total: int, final_ratio: float) -> float:
+    """Linear warmup to 1, then cosine decay to ``final_ratio`` at ``total`` steps."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass
+class Position:
+    """Where training stands: the next batch to run is ``order[batch]`` of ``epoch``."""
+
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+    order: list[list[int]] | None = None
+    best_wer: float = math.inf
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """One training run (one process of possibly several)."""
+
+    def __init__(self, config: Config, out: Path, ddp: Distributed, command: str) -> None:
+        self.config = config
+        self.cfg = config.train
+        self.out = out
+        self.ddp = ddp
+        self.command = command
+        self.log = print if ddp.main else (lambda *_: None)
+
+    # -- data -------------------------------------------------------------------------
+    def _entries(self, manifest: str) -> list[Entry]:
+        # Every rank reads the manifest; only rank 0 reports skipped lines.
+        entries, _ = read_manifest(manifest, log=sys.stderr if self.ddp.main else io.StringIO())
+        if not entries:
+            raise ValueError(f"{manifest}: no usable utterances")
+        return entries
+
+    def _tokenizer(self, texts: list[str]) -> tuple[Tokenizer, Path]:
+        if self.cfg.tokenizer:
+            return load_tokenizer(self.cfg.tokenizer), Path(self.cfg.tokenizer)
+        tok_cfg = self.config.model.tokenizer
+        path = self.out / ("tokenizer.model" if tok_cfg.kind == "sentencepiece" else "tokens.txt")
+        if self.ddp.main and not path.is_file():
+            if tok_cfg.kind == "sentencepiece":
+                SentencePieceTokenizer.train(
+                    texts, path.with_suffix(""), tok_cfg.vocab_size, tok_cfg.model_type
+                )
+            else:
+                SymbolTokenizer.build(texts).save(path)
+            self.log(f"tokenizer trained from {len(texts)} texts: {path}")
+        self.ddp.barrier()
+        return load_tokenizer(path), path
+
+    def _features(self, entries: list[Entry], desc: str) -> dict[str, tuple[Path, int]]:
+        cache = self.out / "features"
+        parts = self.ddp.gather(
+            cache_features(
+                entries, self.config.model.features, cache, self.ddp.rank, self.ddp.world, desc
+            )
+        )
+        return {k: v for part in parts for k, v in part.items()}
+
+    def _cmvn(self, train: list[Utterance]) -> CMVN:
+        names = "\n".join(u.features.name for u in train).encode()
+        path = self.out / "features" / f"cmvn-{hashlib.sha1(names).hexdigest()[:16]}.json"
+        if self.ddp.main and not path.is_file():
+            compute_cmvn(train).save(path)
+        self.ddp.barrier()
+        return CMVN.load(path)
+
+    def prepare(self) -> None:
+        """Manifests, tokenizer, features, CMVN, model and optimizer."""
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.ddp.main:
+            self.config.save(self.out / "config.json")
+        train_entries = self._entries(self.cfg.train_manifest)
+        valid_entries = self._entries(self.cfg.valid_manifest) if self.cfg.valid_manifest else []
+        self.tokenizer, self.tokenizer_file = self._tokenizer([e.text for e in train_entries])
+        torch.manual_seed(self.cfg.seed)
+        self.model = Seq2Seq(self.config.model, self.tokenizer.vocab_size)
+        reduction = self.model.encoder.reduction
+        self.train_set = build_utterances(
+            train_entries,
+            self._features(train_entries, "train features"),
+            self.tokenizer,
+            reduction,
+            self.log,
+        )
+        self.valid_set = build_utterances(
+            valid_entries,
+            self._features(valid_entries, "valid features"),
+            self.tokenizer,
+            reduction,
+            self.log,
+        )
+        if not self.train_set:
+            raise ValueError(f"{self.cfg.train_manifest}: no usable training utterances")
+        self.cmvn = self._cmvn(self.train_set)
+        self.model.set_cmvn(torch.from_numpy(self.cmvn.mean), torch.from_numpy(self.cmvn.std))
+        self.ddp.broadcast_model(self.model)
+        self.model.to(self.ddp.device)
+        self.frame_seconds = self.config.model.features.frame_shift_ms / 1000
+        self.max_frames = int(self.cfg.max_batch_seconds / self.frame_seconds)
+        self.batches_per_epoch = len(self._order(0))
+        total = self.batches_per_epoch * self.cfg.epochs
+        if self.cfg.max_steps:
+            total = min(total, self.cfg.max_steps)
+        self.total_steps = total
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: lr_factor(step, self.cfg.warmup_steps, total, self.cfg.final_lr_ratio),
+        )
+        self.augment = SpecAugment(self.cfg.spec) if self.cfg.specaugment else None
+        hours = sum(u.frames for u in self.train_set) * self.frame_seconds / 3600
+        self.log(
+            f"{len(self.train_set)} training utterances ({hours:.2f} h), "
+            f"{len(self.valid_set)} validation; vocabulary {self.tokenizer.vocab_size}; "
+            f"{self.model.num_parameters() / 1e6:.2f}M parameters; "
+            f"{self.batches_per_epoch} batches per epoch; {self.ddp.world} process(es)"
+        )
+
+    def _order(self, epoch: int) -> list[list[int]]:
+        return make_batches(
+            [u.frames for u in self.train_set], self.max_frames, self.cfg.seed, epoch
+        )
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _rng_state(self) -> dict[str, Any]:
+        return {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        }
+
+    def save_checkpoint(self, name: str, pos: Position) -> None:
+        """Write OUT/name atomically (tmp file + os.replace); every rank's RNG state is kept."""
+        rngs = self.ddp.gather(self._rng_state())
+        if not self.ddp.main:
+            return
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "position": pos.__dict__,
+            "rng": rngs,
+            "world_size": self.ddp.world,
+            "config": self.config.to_dict(),
+        }
+        path = self.out / name
+        tmp = path.with_name(f".{name}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load_checkpoint(self, path: Path) -> Position:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state["world_size"] == self.ddp.world:
+            rng = state["rng"][self.ddp.rank]
+            random.setstate(rng["python"])
+            np.random.set_state(rng["numpy"])
+            torch.set_rng_state(rng["torch"])
+        else:
+            self.log(
+                f"warning: {path} was written by {state['world_size']} process(es), this run has "
+                f"{self.ddp.world}: random streams restart, so the run is not bit-identical"
+            )
+        return Position(**state["position"])
+
+    # -- training ---------------------------------------------------------------------
+    def fit(self, resume: bool = False) -> None:
+        self.prepare()
+        self._seed_streams()
+        pos = self.load_checkpoint(self.out / "last.pt") if resume else Position()
+        if resume:
+            self.log(f"resumed at epoch {pos.epoch + 1}, batch {pos.batch}, step {pos.step}")
+        writer = None
+        if self.ddp.main:
+            writer = SummaryWriter(
+                self.out / "tensorboard", purge_step=pos.step if resume else None
+            )
+        started = time.monotonic()
+        stop = False
+        while pos.epoch < self.cfg.epochs and not stop:
+            if pos.order is None:
+                pos.order = self._order(pos.epoch)
+            stop = self._run_epoch(pos, writer, started)
+            if pos.batch >= len(pos.order):
+                self._end_epoch(pos, writer)
+            elif stop and self.ddp.main and self.valid_set:
+                # Stopped mid-epoch: validate once more so the final card has a WER.
+                result = {"epoch": pos.epoch + 1, "step": pos.step, **self.validate()}
+                self.model.train()
+                pos.history.append(result)
+                self.log(f"final validation: WER {100 * result['valid_wer']:.2f}%")
+        if self.ddp.main:
+            self._write_bundle(self.out / "bundle", pos)
+            self.log(f"final bundle: {self.out / 'bundle'}")
+        if writer:
+            writer.close()
+
+    def _seed_streams(self) -> None:
+        seed = self.cfg.seed + 1000 * self.ddp.rank
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+
+    def _run_epoch(self, pos: Position, writer: SummaryWriter | None, started: float) -> bool:
+        """Run the rest of the current epoch; True when a step or time limit was reached."""
+        assert pos.order is not None
+        world, rank = self.ddp.world, self.ddp.rank
+        remaining = pos.order[pos.batch :]
+        shares = [batch[rank::world] for batch in remaining]
+        loader = DataLoader(
+            UtteranceDataset(self.train_set),
+            batch_sampler=[s for s in shares if s],
+            collate_fn=collate,
+            num_workers=self.cfg.num_workers,
+            # Its own generator: a loader iterator otherwise draws from the global RNG, so a
+            # resumed run (one more iterator) would diverge from an uninterrupted one.
+            generator=torch.Generator(),
+        )
+        batches = iter(loader)
+        bar = tqdm(
+            total=len(pos.order),
+            initial=pos.batch,
+            desc=f"epoch {pos.epoch + 1}/{self.cfg.epochs}",
+            unit="batch",
+            disable=not self.ddp.main,
+            dynamic_ncols=True,
+        )
+        smoothed: float | None = None
+        self.model.train()
+        for global_batch, share in zip(remaining, shares):
+            t0 = time.monotonic()
+            stats = self._step(global_batch, next(batches) if share else None)
+            pos.batch += 1
+            pos.step += 1
+            elapsed_min = (time.monotonic() - started) / 60
+            limit = (self.cfg.max_steps and pos.step >= self.cfg.max_steps) or (
+                self.cfg.max_minutes and elapsed_min >= self.cfg.max_minutes
+            )
+            stats["stop"] = float(bool(limit))
+            totals = self.ddp.all_sum(torch.tensor(list(stats.values()), dtype=torch.float64))
+            stats = dict(zip(stats, totals.tolist()))
+            seconds = sum(self.train_set[i].frames for i in global_batch) * self.frame_seconds
+            speed = seconds / max(time.monotonic() - t0, 1e-9)
+            smoothed = stats["loss"] if smoothed is None else 0.9 * smoothed + 0.1 * stats["loss"]
+            bar.set_postfix(loss=f"{smoothed:.3f}", audio_s_per_s=f"{speed:.1f}", refresh=False)
+            bar.update()
+            if writer and pos.step % max(1, self.cfg.log_every) == 0:
+                for key in ("loss", "att_loss", "ctc_loss", "grad_norm"):
+                    if key in stats:
+                        writer.add_scalar(f"train/{key}", stats[key], pos.step)
+                writer.add_scalar("train/lr", self.scheduler.get_last_lr()[0], pos.step)
+                writer.add_scalar("train/audio_seconds_per_second", speed, pos.step)
+            if self.cfg.checkpoint_every and pos.step % self.cfg.checkpoint_every == 0:
+                self.save_checkpoint("last.pt", pos)
+                self.log(f"checkpoint step={pos.step} epoch={pos.epoch + 1} batch={pos.batch}")
+            if stats["stop"]:
+                self.save_checkpoint("last.pt", pos)
+                bar.close()
+                self.log(f"stopping at step {pos.step} (train.max_steps / train.max_minutes)")
+                return True
+        bar.close()
+        return False
+
+    def _step(self, global_batch: list[int], batch: Batch | None) -> dict[str, float]:
+        """Forward and backward of this rank's share, summed gradients, clip, update."""
+        utts = [self.train_set[i] for i in global_batch]
+        ctc_tokens = sum(len(u.tokens) for u in utts)
+        normalizer = (float(ctc_tokens + len(utts)), float(max(1, ctc_tokens)))
+        self.optimizer.zero_grad(set_to_none=False)
+        stats = {"loss": 0.0, "att_loss": 0.0}
+        if self.model.ctc is not None:
+            stats["ctc_loss"] = 0.0
+        if batch is not None:
+            device = self.ddp.device
+            loss, out = self.model.compute_loss(
+                batch.feats.to(device),
+                batch.feat_lens.to(device),
+                batch.targets.to(device),
+                batch.target_lens.to(device),
+                feature_transform=self.augment,
+                label_smoothing=self.cfg.label_smoothing,
+                normalizer=normalizer,
+            )
+            loss.backward()
+            stats = {k: out[k] for k in stats}
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for p in params:
+            if p.grad is None:  # a rank without utterances in this batch, or an unused head
+                p.grad = torch.zeros_like(p)
+        if self.ddp.world > 1:
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            dist.all_reduce(flat)
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        # grad_norm is the same on every rank: divide so that the all-reduced sum equals it.
+        stats["grad_norm"] = float(norm) / self.ddp.world
+        return stats
+
+    # -- validation and outputs -------------------------------------------------------
+    def _end_epoch(self, pos: Position, writer: SummaryWriter | None) -> None:
+        result: dict[str, float] = {"epoch": pos.epoch + 1, "step": pos.step}
+        if self.ddp.main and self.valid_set:
+            result.update(self.validate())
+            self.log(
+                f"epoch {pos.epoch + 1}: valid loss {result['valid_loss']:.4f}, "
+                f"WER {100 * result['valid_wer']:.2f}% ({int(result['valid_decoded'])} utterances)"
+            )
+            if writer:
+                writer.add_scalar("valid/loss", result["valid_loss"], pos.step)
+                writer.add_scalar("valid/wer", result["valid_wer"], pos.step)
+                writer.flush()
+        self.model.train()
+        result = self.ddp.broadcast(result)
+        pos.history.append(result)
+        improved = "valid_wer" in result and result["valid_wer"] < pos.best_wer
+        if improved:
+            pos.best_wer = result["valid_wer"]
+        pos.epoch += 1
+        pos.batch = 0
+        pos.order = None
+        self.save_checkpoint("last.pt", pos)
+        if improved:
+            self.save_checkpoint("best.pt", pos)
+            if self.ddp.main:
+                self._write_bundle(self.out / "best_bundle", pos)
+        self.ddp.barrier()
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Validation loss (no noise, no SpecAugment) and greedy hard-monotonic WER."""
+        self.model.eval()
+        frames = [u.frames for u in self.valid_set]
+        loader = DataLoader(
+            UtteranceDataset(self.valid_set),
+            batch_sampler=make_batches(frames, self.max_frames, 0, 0, shuffle=False),
+            collate_fn=collate,
+            num_workers=self.cfg.num_workers,
+            generator=torch.Generator(),
+        )
+        loss_sum, tokens = 0.0, 0
+        refs, hyps = [], []
+        limit = self.cfg.valid_decode_max or len(self.valid_set)
+        decode_cfg = self.config.decode
+        for batch in loader:
+            self.model.eval()
+            loss, stats = self.model.compute_loss(
+                batch.feats, batch.feat_lens, batch.targets, batch.target_lens
+            )
+            loss_sum += float(loss) * stats["tokens"]
+            tokens += stats["tokens"]
+            if len(refs) < limit:
+                take = min(limit - len(refs), len(batch.ids))
+                results = decode_batch(
+                    self.model, batch.feats[:take], batch.feat_lens[:take], decode_cfg
+                )
+                for text, segments in zip(batch.texts[:take], results):
+                    ids = [t for seg in segments for t in seg.tokens]
+                    refs.append(text.lower())
+                    hyps.append(self.tokenizer.decode(ids))
+        return {
+            "valid_loss": loss_sum / max(1, tokens),
+            "valid_wer": wer(refs, hyps).rate,
+            "valid_decoded": float(len(refs)),
+        }
+
+    def _write_bundle(self, directory: Path, pos: Position) -> None:
+        save_bundle(
+            directory, self.config, self.model, self.tokenizer_file, self.cmvn, self._card(pos)
+        )
+
+    def _card(self, pos: Position) -> str:
+        hours = sum(u.frames for u in self.train_set) * self.frame_seconds / 3600
+        lines = [
+            "# Monotonic-attention LAS model",
+            "",
+            "Listen-Attend-Spell with a unidirectional encoder and hard monotonic attention "
+            "(Raffel et al., 2017), trained with soft monotonic attention.",
+            "",
+            "## Training",
+            "",
+            f"- command: `{self.command}`",
+            f"- training data: `{self.cfg.train_manifest}` "
+            f"({len(self.train_set)} utterances, {hours:.2f} h)",
+            f"- validation data: `{self.cfg.valid_manifest or '-'}` ({len(self.valid_set)} utterances)",
+            f"- parameters: {self.model.num_parameters() / 1e6:.2f}M; vocabulary "
+            f"{self.tokenizer.vocab_size} ({self.config.model.tokenizer.kind})",
+            f"- steps: {pos.step}; epochs completed: {len(pos.history)}; processes: {self.ddp.world}",
+            "",
+            "## Validation WER (greedy, hard monotonic)",
+            "",
+            "| epoch | step | valid loss | WER |",
+            "|---|---|---|---|",
+        ]
+        for row in pos.history:
+            if "valid_wer" in row:
+                lines.append(
+                    f"| {int(row['epoch'])} | {int(row['step'])} | {row['valid_loss']:.4f} "
+                    f"| {100 * row['valid_wer']:.2f}% |"
+                )
+        if math.isfinite(pos.best_wer):
+            lines += ["", f"Best validation WER: {100 * pos.best_wer:.2f}%"]
+        return "\n".join(lines) + "\n"
