@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from asr.audio import read_audio
+from asr.audio import read_audio, resample
 from asr.bundle import save_bundle
-from asr.config import Config
+from asr.config import Config, apply_override
 from asr.features import CMVN, Fbank
 from asr.model import Seq2Seq
 from asr.tokenizer import SentencePieceTokenizer
@@ -55,6 +56,16 @@ def espeak(text: str, path: Path, voice: str = "en-us", speed: int = 160) -> Pat
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Decoding runs many small per-state ops: one thread is faster and leaves the other core
+    to the servers and training processes that tests start."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def speech_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Twenty-two spoken sentences as WAV files, with their texts in ``texts.txt``."""
@@ -89,8 +100,6 @@ def build_bundle(
     data["model"]["attention"].update(kind=attention, dim=32, init_r=0.0)
     data["model"]["tokenizer"].update(vocab_size=40)
     data["decode"].update(max_tokens=40)
-    from asr.config import apply_override
-
     for item in overrides or []:
         apply_override(data, item)
     config = Config.from_dict(data)
@@ -101,8 +110,6 @@ def build_bundle(
     fbank = Fbank(config.model.features)
     for wav, _ in speech_files(speech_dir)[:5]:
         samples, rate = read_audio(wav)
-        from asr.audio import resample
-
         cmvn.accumulate(fbank.compute(resample(samples, rate, 16000)))
     cmvn.finalize()
     model = Seq2Seq(config.model, tokenizer.vocab_size)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,14 +22,6 @@ from asr.tokenizer import SentencePieceTokenizer, SymbolTokenizer
 from tests.conftest import SENTENCES
 
 BUNDLE_FILES = ["config.json", "model.safetensors", "tokenizer.model", "cmvn.json"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ segment boundaries."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,6 @@ from asr.config import Config
 from asr.decoding import SegmentSearch, decode_batch, drain
 from asr.features import Fbank
 from asr.model import EOS_ID, Seq2Seq
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def random_model(kind: str, **decode: object) -> tuple[Seq2Seq, Config]:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from asr.audio import read_audio, resample
 from asr.bundle import load_model
@@ -27,15 +26,6 @@ from asr.recognizer import Recognizer
 from tests.conftest import SENTENCES, build_bundle
 
 CHUNKINGS = ["1ms", "10ms", "random", "100ms", "1s", "whole"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """Small per-state ops: one thread is faster and does not fight the other test workers."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # -- helpers ------------------------------------------------------------------
