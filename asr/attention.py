@@ -294,6 +294,7 @@ class Attention(nn.Module):
     """
 
     monotonic: bool = True
+    energy: AdditiveEnergy  # the selection energy; its keys are what ``keys`` projects
 
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
         super().__init__()
@@ -301,7 +302,7 @@ class Attention(nn.Module):
         self.memory_dim = memory_dim
 
     def keys(self, memory: Tensor) -> Tensor:
-        raise NotImplementedError
+        return self.energy.keys(memory)
 
     def soft(
         self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
@@ -321,9 +322,6 @@ class MonotonicAttention(Attention):
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, memory_dim, cfg)
         self.energy = MonotonicEnergy(query_dim, memory_dim, cfg.dim, cfg.init_r, cfg.init_g)
-
-    def keys(self, memory: Tensor) -> Tensor:
-        return self.energy.keys(memory)
 
     def soft(
         self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
@@ -432,9 +430,6 @@ class SoftmaxAttention(Attention):
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
         super().__init__(query_dim, memory_dim, cfg)
         self.energy = AdditiveEnergy(query_dim, memory_dim, cfg.dim)
-
-    def keys(self, memory: Tensor) -> Tensor:
-        return self.energy.keys(memory)
 
     def soft(
         self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
