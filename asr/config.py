@@ -80,6 +80,10 @@ class ModelConfig:
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     ctc_weight: float = 0.0  # auxiliary CTC loss on the encoder (0 disables the head)
+    # Monotonic kinds with a CTC head: weight of the loss that pulls each token's expected
+    # boundary onto the state where CTC's best path emits it (CTC-synchronous training).
+    alignment_weight: float = 0.0
+    alignment_window: int = 1  # states either side of the CTC position that count as a hit
 
 
 @dataclass

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from asr.attention import build_attention, initial_alignment
 from asr.config import DecoderConfig, EncoderConfig, ModelConfig
+from asr.ctc_alignment import ctc_token_positions
 from asr.tokenizer import BLANK_ID, EOS_ID
 
 
@@ -160,21 +161,44 @@ class Decoder(nn.Module):
 
     def teacher_forced(
         self, memory: Tensor, mask: Tensor, tokens_in: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Logits [B, U, V] and attention weights [B, U, T] with soft attention."""
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Soft attention: logits [B, U, V], attention weights and alignments alpha [B, U, T].
+
+        The weights are what the context averages; the alignment is the expected
+        monotonic boundary (the same tensor except for MoChA, whose weights
+        spread each boundary over its chunk).
+        """
         batch, steps = tokens_in.shape
         keys = self.attention.keys(memory)
         state = self.initial_state(batch)
         alignment = initial_alignment(mask)
-        all_logits, all_weights = [], []
+        all_logits, all_weights, all_alignments = [], [], []
         for i in range(steps):
             state = DecoderState(state.h, state.c, tokens_in[:, i], state.context)
             query, hs, cs = self.query(state)
             context, alignment, weights = self.attention.soft(query, memory, keys, mask, alignment)
             all_logits.append(self.logits(query, context))
             all_weights.append(weights)
+            all_alignments.append(alignment)
             state = DecoderState(hs, cs, state.token, context)
-        return torch.stack(all_logits, 1), torch.stack(all_weights, 1)
+        return (
+            torch.stack(all_logits, 1),
+            torch.stack(all_weights, 1),
+            torch.stack(all_alignments, 1),
+        )
+
+
+@dataclass
+class TeacherForced:
+    """One teacher-forced pass: logits [B, U+1, V], attention weights and alignments
+    [B, U+1, T'], the targets with EOS, and the encoder memory with its lengths."""
+
+    logits: Tensor
+    weights: Tensor
+    alignments: Tensor
+    tokens_out: Tensor
+    memory: Tensor
+    memory_lengths: Tensor
 
 
 class Seq2Seq(nn.Module):
@@ -184,6 +208,12 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if vocab_size < 4:
             raise ValueError(f"vocab_size must be at least 4 (3 specials + 1), got {vocab_size}")
+        if cfg.alignment_weight < 0 or cfg.alignment_window < 0:
+            raise ValueError("model.alignment_weight and model.alignment_window must be >= 0")
+        if cfg.alignment_weight > 0 and cfg.ctc_weight <= 0:
+            raise ValueError(
+                "model.alignment_weight needs the CTC head for its targets: set model.ctc_weight > 0"
+            )
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.encoder = Encoder(cfg.encoder, cfg.features.num_mel_bins)
@@ -217,8 +247,8 @@ class Seq2Seq(nn.Module):
         targets: Tensor,
         target_lens: Tensor,
         feature_transform: Callable[[Tensor, Tensor], Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """(logits [B, U+1, V], weights [B, U+1, T'], targets with EOS, memory, memory lengths)."""
+    ) -> TeacherForced:
+        """Encoder and teacher-forced decoder on padded targets (without EOS)."""
         memory, mem_lens = self.encode(feats, feat_lens, feature_transform)
         if int(mem_lens.min()) < 1:
             raise ValueError(
@@ -230,8 +260,8 @@ class Seq2Seq(nn.Module):
         tokens_in = torch.cat([eos, targets], dim=1)
         tokens_out = torch.cat([targets, torch.zeros_like(eos)], dim=1)
         tokens_out[torch.arange(batch), target_lens] = EOS_ID
-        logits, weights = self.decoder.teacher_forced(memory, mask, tokens_in)
-        return logits, weights, tokens_out, memory, mem_lens
+        logits, weights, alignments = self.decoder.teacher_forced(memory, mask, tokens_in)
+        return TeacherForced(logits, weights, alignments, tokens_out, memory, mem_lens)
 
     def compute_loss(
         self,
@@ -248,11 +278,11 @@ class Seq2Seq(nn.Module):
         Both losses are sums divided by token counts: by default this batch's
         (attention tokens including EOS, CTC target tokens). Data-parallel
         training passes the global batch's counts as ``normalizer``, so the
-        ranks' gradients add up to the gradient of the whole batch.
+        ranks' gradients add up to the gradient of the whole batch. With
+        ``alignment_weight`` the CTC-synchronous term is added (per CTC token).
         """
-        logits, _, tokens_out, memory, mem_lens = self.forward_teacher(
-            feats, feat_lens, targets, target_lens, feature_transform
-        )
+        out = self.forward_teacher(feats, feat_lens, targets, target_lens, feature_transform)
+        logits, tokens_out = out.logits, out.tokens_out
         valid = tokens_out != BLANK_ID
         att_tokens, ctc_tokens = normalizer or (
             float(valid.sum()),
@@ -271,12 +301,12 @@ class Seq2Seq(nn.Module):
         }
         loss = att_loss
         if self.ctc is not None:
-            log_probs = F.log_softmax(self.ctc(memory), dim=-1).transpose(0, 1)
+            log_probs = F.log_softmax(self.ctc(out.memory), dim=-1)
             ctc_loss = (
                 F.ctc_loss(
-                    log_probs,
+                    log_probs.transpose(0, 1),
                     targets,
-                    mem_lens,
+                    out.memory_lengths,
                     target_lens,
                     blank=BLANK_ID,
                     reduction="sum",
@@ -286,12 +316,40 @@ class Seq2Seq(nn.Module):
             )
             stats["ctc_loss"] = float(ctc_loss.detach())
             loss = (1 - self.cfg.ctc_weight) * att_loss + self.cfg.ctc_weight * ctc_loss
+            if self.cfg.alignment_weight > 0 and self.decoder.attention.monotonic:
+                positions = ctc_token_positions(
+                    log_probs.detach(), out.memory_lengths, targets, target_lens, BLANK_ID
+                )
+                align_loss = (
+                    self._alignment_loss(out.alignments, positions, target_lens) / ctc_tokens
+                )
+                stats["align_loss"] = float(align_loss.detach())
+                loss = loss + self.cfg.alignment_weight * align_loss
         stats["loss"] = float(loss.detach())
         return loss, stats
+
+    def _alignment_loss(self, alignments: Tensor, positions: Tensor, target_lens: Tensor) -> Tensor:
+        """CTC-synchronous loss, summed over tokens: -log of each token's boundary mass near its
+        CTC frame, and -log(1 - mass) for the end-of-sentence step.
+
+        The second term teaches what hard decoding needs at the end: after the last
+        token no state fires, the scan runs off the memory and the decoder, given the
+        zero context, emits EOS.
+        """
+        batch, units = positions.shape
+        frames = torch.arange(alignments.shape[2])
+        near = (frames.view(1, 1, -1) - positions.unsqueeze(2)).abs() <= self.cfg.alignment_window
+        mass = (alignments[:, :units] * near).sum(2)
+        aligned = positions >= 0
+        loss = -torch.log(mass[aligned].clamp(min=1e-6)).sum()
+        tokens = torch.arange(units).unsqueeze(0) < target_lens.unsqueeze(1)
+        ends = (aligned | ~tokens).all(1)  # CTC aligned every real token of the utterance
+        eos_mass = alignments[torch.arange(batch), target_lens].sum(1)[ends]
+        return loss - torch.log((1 - eos_mass).clamp(min=1e-6)).sum()
 
     @torch.no_grad()
     def attention_maps(
         self, feats: Tensor, feat_lens: Tensor, targets: Tensor, target_lens: Tensor
     ) -> Tensor:
         """Soft attention weights [B, U+1, T'] under teacher forcing (for plots)."""
-        return self.forward_teacher(feats, feat_lens, targets, target_lens)[1]
+        return self.forward_teacher(feats, feat_lens, targets, target_lens).weights

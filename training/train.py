@@ -418,7 +418,7 @@ class Trainer:
             bar.set_postfix(loss=f"{smoothed:.3f}", audio_s_per_s=f"{speed:.1f}", refresh=False)
             bar.update()
             if writer and pos.step % max(1, self.cfg.log_every) == 0:
-                for key in ("loss", "att_loss", "ctc_loss", "grad_norm"):
+                for key in ("loss", "att_loss", "ctc_loss", "align_loss", "grad_norm"):
                     if key in stats:
                         writer.add_scalar(f"train/{key}", stats[key], pos.step)
                 writer.add_scalar("train/lr", self.scheduler.get_last_lr()[0], pos.step)
@@ -443,6 +443,8 @@ class Trainer:
         stats = {"loss": 0.0, "att_loss": 0.0}
         if self.model.ctc is not None:
             stats["ctc_loss"] = 0.0
+            if self.config.model.alignment_weight > 0 and self.model.decoder.attention.monotonic:
+                stats["align_loss"] = 0.0
         if batch is not None:
             device = self.ddp.device
             loss, out = self.model.compute_loss(

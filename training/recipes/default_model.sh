@@ -16,7 +16,7 @@ train() {  # $1 = attention kind
   [ -f "$EXP/$1/last.pt" ] && resume=(--resume)
   asr train --config training/configs/default.yaml \
     train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/test_seen_voices.jsonl" \
-    train.epochs=16 train.max_minutes="$MINUTES" train.max_batch_seconds=150 \
+    train.epochs=13 train.max_minutes="$MINUTES" train.max_batch_seconds=150 \
     train.warmup_steps=800 train.valid_decode_max=150 train.threads=1 \
     model.attention.kind="$1" --out "$EXP/$1" "${resume[@]}"
 }
