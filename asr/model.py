@@ -210,6 +210,8 @@ class Seq2Seq(nn.Module):
             raise ValueError(f"vocab_size must be at least 4 (3 specials + 1), got {vocab_size}")
         if cfg.alignment_weight < 0 or cfg.alignment_window < 0:
             raise ValueError("model.alignment_weight and model.alignment_window must be >= 0")
+        if not 0 <= cfg.alignment_min_posterior <= 1:
+            raise ValueError("model.alignment_min_posterior must be in [0, 1]")
         if cfg.alignment_weight > 0 and cfg.ctc_weight <= 0:
             raise ValueError(
                 "model.alignment_weight needs the CTC head for its targets: set model.ctc_weight > 0"
@@ -317,8 +319,12 @@ class Seq2Seq(nn.Module):
             stats["ctc_loss"] = float(ctc_loss.detach())
             loss = (1 - self.cfg.ctc_weight) * att_loss + self.cfg.ctc_weight * ctc_loss
             if self.cfg.alignment_weight > 0 and self.decoder.attention.monotonic:
-                positions = ctc_token_positions(
-                    log_probs.detach(), out.memory_lengths, targets, target_lens, BLANK_ID
+                positions = self._confident(
+                    ctc_token_positions(
+                        log_probs.detach(), out.memory_lengths, targets, target_lens, BLANK_ID
+                    ),
+                    log_probs.detach(),
+                    targets,
                 )
                 align_loss = (
                     self._alignment_loss(out.alignments, positions, target_lens) / ctc_tokens
@@ -327,6 +333,14 @@ class Seq2Seq(nn.Module):
                 loss = loss + self.cfg.alignment_weight * align_loss
         stats["loss"] = float(loss.detach())
         return loss, stats
+
+    def _confident(self, positions: Tensor, log_probs: Tensor, targets: Tensor) -> Tensor:
+        """Positions whose CTC posterior of the token is below alignment_min_posterior become -1."""
+        frames = positions.clamp(min=0)
+        rows = torch.arange(positions.shape[0]).unsqueeze(1)
+        posterior = log_probs[rows, frames, targets].exp()
+        keep = (positions >= 0) & (posterior >= self.cfg.alignment_min_posterior)
+        return torch.where(keep, positions, -1)
 
     def _alignment_loss(self, alignments: Tensor, positions: Tensor, target_lens: Tensor) -> Tensor:
         """CTC-synchronous loss, summed over tokens: -log of each token's boundary mass near its
