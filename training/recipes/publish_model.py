@@ -95,7 +95,11 @@ def ship_sample(data: Path, per_split: int, max_seconds: float) -> dict[str, int
     counts = {}
     for split in SPLITS:
         entries, _ = read_manifest(data / f"{split}.jsonl")
-        chosen = [e for e in sorted(entries, key=lambda e: hashlib.sha1(e.id.encode()).hexdigest()) if e.duration <= max_seconds]
+        chosen = [
+            e
+            for e in sorted(entries, key=lambda e: hashlib.sha1(e.id.encode()).hexdigest())
+            if e.duration <= max_seconds
+        ]
         chosen = chosen[:per_split]
         target = SAMPLE_DIR / split
         if target.exists():
