@@ -2,12 +2,14 @@
 
 Runs full training steps (forward, backward, clipping, optimizer) of the model
 on synthetic batches: random features with utterance lengths drawn like a
-speech corpus (1.5-8 s) and about 3 target tokens per second. A profiled step
+speech corpus (1.5-8 s) and --tokens-per-second targets (12: the synthetic corpus with
+the default 64-piece vocabulary). A profiled step
 then splits forward+backward time between the encoder, the attention and the
 decoder (backward ops are attributed to the forward op that created them).
 
   python bench/train.py                         # training/configs/default.yaml
   python bench/train.py --threads 1 --batch-seconds 120
+  python bench/train.py --threads 1 --manifest data/synth/train.jsonl   # that corpus's lengths
 """
 
 from __future__ import annotations
@@ -29,24 +31,32 @@ sys.path.insert(0, str(ROOT))
 from asr.config import Config  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
 from training.dataset import make_batches  # noqa: E402
+from training.manifest import read_manifest  # noqa: E402
 
 GOAL = 60.0
 PARTS = ("attention", "encoder", "decoder")  # innermost label wins (attention is inside decoder)
 
 
 def synthetic_batch(
-    config: Config, vocab: int, seconds: float, generator: torch.Generator
+    config: Config,
+    vocab: int,
+    seconds: float,
+    tokens_per_second: float,
+    generator: torch.Generator,
+    durations: list[float] | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """One bucketed batch (the first of make_batches over a pool of random-length utterances)."""
-    lengths = (torch.rand(400, generator=generator) * 6.5 + 1.5) * 100  # frames at 10 ms
-    frames = [int(x) for x in lengths]
+    """The fullest bucketed batch of make_batches over a pool of utterance lengths: ``durations``
+    (seconds, e.g. a manifest's), or 400 drawn uniformly from 1.5-8 s."""
+    if durations is None:
+        durations = (torch.rand(400, generator=generator) * 6.5 + 1.5).tolist()
+    frames = [int(d * 100) for d in durations]  # frames at 10 ms
     batch = make_batches(frames, int(seconds * 100), seed=0, epoch=0, shuffle=False)
     chosen = max(batch, key=lambda b: sum(frames[i] for i in b))
     lens = torch.tensor([frames[i] for i in chosen])
     feats = torch.randn(
         len(chosen), int(lens.max()), config.model.features.num_mel_bins, generator=generator
     )
-    target_lens = (lens.float() / 100 * 3).long().clamp(min=1)
+    target_lens = (lens.float() / 100 * tokens_per_second).long().clamp(min=1)
     targets = torch.randint(3, vocab, (len(chosen), int(target_lens.max())), generator=generator)
     targets[torch.arange(targets.shape[1])[None, :] >= target_lens[:, None]] = 0
     return feats, lens, targets, target_lens
@@ -106,6 +116,10 @@ def main() -> int:
     parser.add_argument("--batch-seconds", type=float, help="default: train.max_batch_seconds")
     parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--manifest", type=Path, help="draw utterance lengths from this manifest")
+    parser.add_argument(
+        "--tokens-per-second", type=float, default=12.0, help="target tokens per audio second"
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -117,7 +131,12 @@ def main() -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     seconds = args.batch_seconds or config.train.max_batch_seconds
     feats, lens, targets, target_lens = synthetic_batch(
-        config, vocab, seconds, torch.Generator().manual_seed(0)
+        config,
+        vocab,
+        seconds,
+        args.tokens_per_second,
+        torch.Generator().manual_seed(0),
+        [e.duration for e in read_manifest(args.manifest)[0]] if args.manifest else None,
     )
     audio = float(lens.sum()) / 100
 
