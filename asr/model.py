@@ -66,7 +66,9 @@ class Encoder(nn.Module):
 
     def initial_state(self, batch: int = 1) -> EncoderState:
         return EncoderState(
-            pending=[torch.zeros(batch, 0, d) for d in self._layer_inputs()],
+            pending=[
+                torch.zeros(batch, 0, d, device=self.cmvn_mean.device) for d in self._layer_inputs()
+            ],
             lstm=[None] * self.cfg.layers,
         )
 
@@ -136,12 +138,13 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def initial_state(self, batch: int) -> DecoderState:
-        zeros = torch.zeros(batch, self.cfg.units)
+        device = self.embed.weight.device
+        zeros = torch.zeros(batch, self.cfg.units, device=device)
         return DecoderState(
             [zeros] * self.cfg.layers,
             [zeros] * self.cfg.layers,
-            torch.full((batch,), EOS_ID, dtype=torch.long),
-            torch.zeros(batch, self.memory_dim),
+            torch.full((batch,), EOS_ID, dtype=torch.long, device=device),
+            torch.zeros(batch, self.memory_dim, device=device),
         )
 
     def query(self, state: DecoderState) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -256,12 +259,14 @@ class Seq2Seq(nn.Module):
             raise ValueError(
                 f"an utterance is shorter than one encoder state ({self.encoder.reduction} frames)"
             )
-        mask = torch.arange(memory.shape[1]).unsqueeze(0) < mem_lens.unsqueeze(1)
+        mask = torch.arange(memory.shape[1], device=memory.device).unsqueeze(
+            0
+        ) < mem_lens.unsqueeze(1)
         batch = targets.shape[0]
-        eos = torch.full((batch, 1), EOS_ID, dtype=torch.long)
+        eos = torch.full((batch, 1), EOS_ID, dtype=torch.long, device=targets.device)
         tokens_in = torch.cat([eos, targets], dim=1)
         tokens_out = torch.cat([targets, torch.zeros_like(eos)], dim=1)
-        tokens_out[torch.arange(batch), target_lens] = EOS_ID
+        tokens_out[torch.arange(batch, device=targets.device), target_lens] = EOS_ID
         logits, weights, alignments = self.decoder.teacher_forced(memory, mask, tokens_in)
         return TeacherForced(logits, weights, alignments, tokens_out, memory, mem_lens)
 
@@ -337,7 +342,7 @@ class Seq2Seq(nn.Module):
     def _confident(self, positions: Tensor, log_probs: Tensor, targets: Tensor) -> Tensor:
         """Positions whose CTC posterior of the token is below alignment_min_posterior become -1."""
         frames = positions.clamp(min=0)
-        rows = torch.arange(positions.shape[0]).unsqueeze(1)
+        rows = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1)
         posterior = log_probs[rows, frames, targets].exp()
         keep = (positions >= 0) & (posterior >= self.cfg.alignment_min_posterior)
         return torch.where(keep, positions, -1)
@@ -351,14 +356,18 @@ class Seq2Seq(nn.Module):
         zero context, emits EOS.
         """
         batch, units = positions.shape
-        frames = torch.arange(alignments.shape[2])
+        frames = torch.arange(alignments.shape[2], device=alignments.device)
         near = (frames.view(1, 1, -1) - positions.unsqueeze(2)).abs() <= self.cfg.alignment_window
         mass = (alignments[:, :units] * near).sum(2)
         aligned = positions >= 0
         loss = -torch.log(mass[aligned].clamp(min=1e-6)).sum()
-        tokens = torch.arange(units).unsqueeze(0) < target_lens.unsqueeze(1)
+        tokens = torch.arange(units, device=positions.device).unsqueeze(0) < target_lens.unsqueeze(
+            1
+        )
         ends = (aligned | ~tokens).all(1)  # CTC aligned every real token of the utterance
-        eos_mass = alignments[torch.arange(batch), target_lens].sum(1)[ends]
+        eos_mass = alignments[torch.arange(batch, device=positions.device), target_lens].sum(1)[
+            ends
+        ]
         return loss - torch.log((1 - eos_mass).clamp(min=1e-6)).sum()
 
     @torch.no_grad()
