@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import io
 import math
@@ -521,17 +522,23 @@ class Trainer:
         refs, hyps = [], []
         limit = self.cfg.valid_decode_max or len(self.valid_set)
         decode_cfg = self.config.decode
+        device = self.ddp.device
+        # Hard monotonic decoding is the serving path, which runs on the CPU.
+        decoder_model = self.model if device.type == "cpu" else copy.deepcopy(self.model).cpu()
         for batch in loader:
             self.model.eval()
             loss, stats = self.model.compute_loss(
-                batch.feats, batch.feat_lens, batch.targets, batch.target_lens
+                batch.feats.to(device),
+                batch.feat_lens.to(device),
+                batch.targets.to(device),
+                batch.target_lens.to(device),
             )
             loss_sum += float(loss) * stats["tokens"]
             tokens += stats["tokens"]
             if len(refs) < limit:
                 take = min(limit - len(refs), len(batch.ids))
                 results = decode_batch(
-                    self.model, batch.feats[:take], batch.feat_lens[:take], decode_cfg
+                    decoder_model, batch.feats[:take], batch.feat_lens[:take], decode_cfg
                 )
                 for text, segments in zip(batch.texts[:take], results):
                     ids = [t for seg in segments for t in seg.tokens]
