@@ -225,6 +225,11 @@ class Seq2Seq(nn.Module):
         self.decoder = Decoder(cfg.decoder, cfg, vocab_size, cfg.encoder.units)
         self.ctc = nn.Linear(cfg.encoder.units, vocab_size) if cfg.ctc_weight > 0 else None
 
+    @property
+    def aligns_to_ctc(self) -> bool:
+        """Whether the loss has the CTC-synchronous term (monotonic kinds with alignment_weight)."""
+        return self.cfg.alignment_weight > 0 and self.decoder.attention.monotonic
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -259,9 +264,8 @@ class Seq2Seq(nn.Module):
             raise ValueError(
                 f"an utterance is shorter than one encoder state ({self.encoder.reduction} frames)"
             )
-        mask = torch.arange(memory.shape[1], device=memory.device).unsqueeze(
-            0
-        ) < mem_lens.unsqueeze(1)
+        states = torch.arange(memory.shape[1], device=memory.device)
+        mask = states.unsqueeze(0) < mem_lens.unsqueeze(1)
         batch = targets.shape[0]
         eos = torch.full((batch, 1), EOS_ID, dtype=torch.long, device=targets.device)
         tokens_in = torch.cat([eos, targets], dim=1)
@@ -323,7 +327,7 @@ class Seq2Seq(nn.Module):
             )
             stats["ctc_loss"] = float(ctc_loss.detach())
             loss = (1 - self.cfg.ctc_weight) * att_loss + self.cfg.ctc_weight * ctc_loss
-            if self.cfg.alignment_weight > 0 and self.decoder.attention.monotonic:
+            if self.aligns_to_ctc:
                 positions = self._confident(
                     ctc_token_positions(
                         log_probs.detach(), out.memory_lengths, targets, target_lens, BLANK_ID

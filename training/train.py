@@ -444,7 +444,7 @@ class Trainer:
         stats = {"loss": 0.0, "att_loss": 0.0}
         if self.model.ctc is not None:
             stats["ctc_loss"] = 0.0
-            if self.config.model.alignment_weight > 0 and self.model.decoder.attention.monotonic:
+            if self.model.aligns_to_ctc:
                 stats["align_loss"] = 0.0
         if batch is not None:
             device = self.ddp.device
