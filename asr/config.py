@@ -138,7 +138,14 @@ class TrainConfig:
     checkpoint_every: int = 200  # steps between mid-epoch checkpoints (0: epoch ends only)
     valid_decode_max: int = 300  # utterances decoded for the validation WER (0: all)
     max_steps: int = 0  # stop after this many optimizer steps (0: no limit)
-    max_minutes: float = 0.0  # stop after this much wall time (0: no limit)
+    max_minutes: float = 0.0  # stop after this much training time, resumes included (0: none)
+    # "steps": the cosine runs over epochs (or max_steps); "minutes": over max_minutes of
+    # training time, so a run given a time budget ends at the low learning rate on any machine.
+    lr_schedule: Literal["steps", "minutes"] = "steps"
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule == "minutes" and self.max_minutes <= 0:
+            raise ValueError("train.lr_schedule=minutes needs train.max_minutes > 0")
 
 
 @dataclass

@@ -32,6 +32,7 @@ from asr.config import Config  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
 from training.dataset import make_batches  # noqa: E402
 from training.manifest import read_manifest  # noqa: E402
+from training.train import configure_cpu  # noqa: E402
 
 GOAL = 60.0
 PARTS = ("attention", "encoder", "decoder")  # innermost label wins (attention is inside decoder)
@@ -122,7 +123,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    torch.set_num_threads(args.threads)
+    configure_cpu(args.threads)
     config = Config.load(args.config)
     vocab = config.model.tokenizer.vocab_size
     torch.manual_seed(0)

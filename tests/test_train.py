@@ -18,11 +18,12 @@ import torch
 
 from asr.bundle import load_model
 from asr.cli import main
-from asr.config import SpecAugmentConfig
+from asr.config import Config, SpecAugmentConfig
 from tests.conftest import espeak, speech_files
 from training.dataset import SpecAugment, make_batches
 from training.evaluate import evaluate
 from training.manifest import read_manifest
+from training.train import lr_factor
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "training" / "configs" / "tiny.yaml"
@@ -174,6 +175,40 @@ def test_two_processes_make_the_same_update_as_one(tmp_path: Path, speech_dir: P
     step = 0.005 / 20
     for name, value in one_state["model"].items():
         torch.testing.assert_close(two_state["model"][name], value, rtol=1e-4, atol=step / 25)
+
+
+def test_a_time_budget_ends_the_schedule_and_holds_across_resumes(
+    tmp_path: Path, speech_dir: Path
+) -> None:
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=8)
+    budget = ["train.max_minutes=0.1", "train.lr_schedule=minutes", "train.epochs=1000"]
+    out = tmp_path / "exp"
+    started = time.monotonic()
+    result = run_training(train_command(out, manifest, f"train.valid_manifest={manifest}", *budget))
+    assert 6 <= time.monotonic() - started < 120
+    assert "final validation" in result.stdout
+    state = torch.load(out / "last.pt", weights_only=False)
+    position = state["position"]
+    assert 6 <= position["seconds"] < 6 + 30 and position["epoch"] < 1000
+    # The cosine ran over the 6 s: the last step used the final learning rate.
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.005 * 0.3)
+    assert (out / "best.pt").is_file() and (out / "best_bundle" / "model.safetensors").is_file()
+    assert "training time: 0.1 min" in (out / "bundle" / "README.md").read_text()
+
+    # The budget is spent: a resumed run takes one more step at most.
+    run_training(train_command(out, manifest, *budget) + ["--resume"])
+    resumed = torch.load(out / "last.pt", weights_only=False)["position"]
+    assert position["step"] <= resumed["step"] <= position["step"] + 1
+    assert resumed["seconds"] >= position["seconds"]
+
+
+def test_lr_factor_follows_the_further_of_steps_and_time() -> None:
+    assert lr_factor(9, warmup=10, total=110, final_ratio=0.1) == 1.0
+    assert lr_factor(60, warmup=10, total=110, final_ratio=0.1) == pytest.approx(0.55)
+    assert lr_factor(20, 10, 110, 0.1, time_progress=0.5) == pytest.approx(0.55)
+    assert lr_factor(20, 10, 110, 0.1, time_progress=2.0) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="max_minutes"):
+        Config.from_dict({"train": {"lr_schedule": "minutes"}})
 
 
 def test_unknown_config_key_fails_before_any_work(

@@ -6,7 +6,7 @@
 set -euo pipefail
 DATA=${DATA:-data/synth}
 EXP=${EXP:-exp}
-MINUTES=${MINUTES:-60}
+MINUTES=${MINUTES:-80}
 
 python -m training.recipes.synth_corpus --out "$DATA" --hours 8 --seed 0 --jobs 1 \
   --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4

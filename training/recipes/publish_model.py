@@ -29,6 +29,7 @@ from asr.bundle import load_model
 from training.dataset import entry_audio
 from training.evaluate import run as run_eval
 from training.manifest import read_manifest
+from training.train import Position
 
 SPLITS = ("test_seen_voices", "test_unseen_voices")
 SPLIT_TITLES = {
@@ -65,19 +66,14 @@ def evaluate_run(run: Path, data: Path) -> dict[str, dict[str, Any]]:
 
 
 def training_facts(run: Path) -> dict[str, Any]:
-    """Steps, epochs, validation history and wall-clock minutes of a run (from its checkpoint and log)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
+    """Steps, epochs, validation history and training minutes of a run (from its checkpoint)."""
     state = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
-    position = state["position"]
-    events = EventAccumulator(str(run / "tensorboard"))
-    events.Reload()
-    times = [e.wall_time for e in events.Scalars("train/loss")]
+    position = Position(**state["position"])
     return {
-        "steps": position["step"],
-        "epochs": len(position["history"]),
-        "history": position["history"],
-        "minutes": round((max(times) - min(times)) / 60, 1) if times else None,
+        "steps": position.step,
+        "epochs": round(position.epochs_done, 1),
+        "history": position.history,
+        "minutes": round(position.seconds / 60, 1),
         "command": _command(run / "best_bundle" / "README.md"),
     }
 
