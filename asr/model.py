@@ -85,10 +85,8 @@ class Encoder(nn.Module):
         lstm_states: list[tuple[Tensor, Tensor] | None] = []
         x = feats
         for i, (lstm, r) in enumerate(zip(self.lstms, self.cfg.reductions)):
-            x = torch.cat([state.pending[i], x], dim=1)
-            usable = x.shape[1] // r * r
-            pending.append(x[:, usable:])
-            x = x[:, :usable].reshape(x.shape[0], usable // r, x.shape[2] * r)
+            x, rest = _stack(state.pending[i], x, r)
+            pending.append(rest)
             if i > 0:
                 x = self.dropout(x)
             if x.shape[1] > 0:
@@ -98,6 +96,57 @@ class Encoder(nn.Module):
                 x = x.new_zeros(x.shape[0], 0, self.cfg.units)
                 lstm_states.append(state.lstm[i])
         return x, EncoderState(pending, lstm_states)
+
+    def forward_streams(
+        self, feats: list[Tensor], states: list[EncoderState]
+    ) -> tuple[list[Tensor], list[EncoderState]]:
+        """Chunks of many streams in one call: normalised features [1, T_i, F] and each stream's
+        state -> its new states [1, n_i, units] and state. Each layer runs once for all streams
+        that have input for it (a packed batch), so the weights are read once, not per stream:
+        that is what lets a server's throughput grow with its number of sessions."""
+        if len(feats) == 1:
+            out, state = self(feats[0], states[0])
+            return [out], [state]
+        xs = list(feats)
+        pending: list[list[Tensor]] = [[] for _ in feats]
+        lstm_states: list[list[tuple[Tensor, Tensor] | None]] = [[] for _ in feats]
+        for i, (lstm, r) in enumerate(zip(self.lstms, self.cfg.reductions)):
+            for k, x in enumerate(xs):
+                xs[k], rest = _stack(states[k].pending[i], x, r)
+                pending[k].append(rest)
+            active = [k for k, x in enumerate(xs) if x.shape[1] > 0]
+            for k, x in enumerate(xs):
+                if x.shape[1] == 0:
+                    lstm_states[k].append(states[k].lstm[i])
+                    xs[k] = x.new_zeros(1, 0, self.cfg.units)
+            if not active:
+                continue
+            lengths = torch.tensor([xs[k].shape[1] for k in active])
+            padded = nn.utils.rnn.pad_sequence([xs[k][0] for k in active], batch_first=True)
+            if i > 0:
+                padded = self.dropout(padded)
+            zeros = padded.new_zeros(1, 1, self.cfg.units)
+            h0, c0 = (
+                torch.cat([(states[k].lstm[i] or (zeros, zeros))[j] for k in active], dim=1)
+                for j in (0, 1)
+            )
+            packed = nn.utils.rnn.pack_padded_sequence(
+                padded, lengths, batch_first=True, enforce_sorted=False
+            )
+            out, (h, c) = lstm(packed, (h0, c0))
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+            for row, k in enumerate(active):
+                xs[k] = out[row : row + 1, : int(lengths[row])]
+                lstm_states[k].append((h[:, row : row + 1], c[:, row : row + 1]))
+        return xs, [EncoderState(p, hc) for p, hc in zip(pending, lstm_states)]
+
+
+def _stack(pending: Tensor, x: Tensor, r: int) -> tuple[Tensor, Tensor]:
+    """The pyramid: frames left from the last call, then ``x`` [B, T, D], stacked r at a time ->
+    ([B, T' // r, D * r], the frames that do not fill a group yet)."""
+    x = torch.cat([pending, x], dim=1)
+    usable = x.shape[1] // r * r
+    return x[:, :usable].reshape(x.shape[0], usable // r, x.shape[2] * r), x[:, usable:]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -44,6 +44,70 @@ def _native_lstm() -> Iterator[None]:
             yield
         finally:
             torch.backends.mkldnn.enabled = previous
+
+
+def step_sessions(
+    sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
+) -> list[list[Event] | Exception]:
+    """One step of many sessions of one model: new audio for each (None: finish it).
+
+    The front end and the search run per session; the encoder runs once for all of
+    them (``Encoder.forward_streams``). A session's bad input becomes its own
+    outcome (the exception) and leaves the others untouched. A session listed more
+    than once has its inputs taken in order, one per round.
+    """
+    outcomes: list[list[Event] | Exception] = [[] for _ in sessions]
+    rounds: list[list[int]] = []
+    seen: dict[int, int] = {}
+    for k, session in enumerate(sessions):
+        count = seen[id(session)] = seen.get(id(session), -1) + 1
+        if count == len(rounds):
+            rounds.append([])
+        rounds[count].append(k)
+    for members in rounds:
+        results = _step_round([sessions[k] for k in members], [inputs[k] for k in members])
+        for k, outcome in zip(members, results):
+            outcomes[k] = outcome
+    return outcomes
+
+
+@torch.no_grad()
+def _step_round(
+    sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
+) -> list[list[Event] | Exception]:
+    outcomes: list[list[Event] | Exception] = [[] for _ in sessions]
+    frames: dict[int, np.ndarray] = {}
+    for k, (session, samples) in enumerate(zip(sessions, inputs)):
+        try:
+            frames[k] = session._frontend(samples)
+        except Exception as err:
+            outcomes[k] = err
+    encoded: dict[int, torch.Tensor] = {}
+    ready = [k for k, f in frames.items() if len(f)]
+    if ready:
+        model = sessions[ready[0]].model
+        if any(sessions[k].model is not model for k in ready):
+            raise ValueError("step_sessions needs sessions of one model")
+        feats = [model.encoder.normalize(torch.from_numpy(frames[k]).unsqueeze(0)) for k in ready]
+        with _native_lstm():
+            states, carried = model.encoder.forward_streams(
+                feats, [sessions[k]._encoder_state for k in ready]
+            )
+        for k, out, state in zip(ready, states, carried):
+            encoded[k] = out
+            sessions[k]._encoder_state = state
+    for k in frames:
+        try:
+            outcomes[k] = sessions[k]._decode(encoded.get(k))
+        except Exception as err:
+            outcomes[k] = err
+    return outcomes
+
+
+def _raise_or_return(outcome: list[Event] | Exception) -> list[Event]:
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 class StreamingSession:
@@ -86,40 +150,44 @@ class StreamingSession:
     def energy_evaluations(self) -> int:
         return self._search.evaluations
 
-    @torch.no_grad()
     def accept(self, samples: np.ndarray) -> list[Event]:
         """Feed audio at the session's sample rate (float in [-1, 1] or int16); return new events."""
-        if self._finished:
-            raise ValueError("accept() after finish(): start a new session")
-        x = check_samples(samples)  # validates before any state changes
-        self.audio_seconds += len(x) / self.sample_rate
-        return self._consume(self._resampler.process(x), last=False)
+        return _raise_or_return(step_sessions([self], [samples])[0])
 
-    @torch.no_grad()
     def finish(self) -> list[Event]:
         """Flush the audio pipeline and the decoder; return the last events."""
-        if self._finished:
-            raise ValueError("finish() called twice")
-        self._finished = True
-        events = self._consume(self._resampler.flush(), last=True)
-        search = self._search
-        while search.segment_start < search.states_seen:
-            _, segment = search.advance(complete=True)
-            events += self._final(segment)
-        return events
+        return _raise_or_return(step_sessions([self], [None])[0])
 
     # -- pipeline ---------------------------------------------------------------
-    def _consume(self, audio16k: np.ndarray, last: bool) -> list[Event]:
+    def _frontend(self, samples: np.ndarray | None) -> np.ndarray:
+        """Validate, resample and turn new audio into filterbank frames; None flushes (finish)."""
+        if self._finished:
+            raise ValueError(
+                "finish() called twice"
+                if samples is None
+                else "accept() after finish(): start a new session"
+            )
+        if samples is None:
+            self._finished = True
+            audio16k = self._resampler.flush()
+        else:
+            x = check_samples(samples)  # validates before any state changes
+            self.audio_seconds += len(x) / self.sample_rate
+            audio16k = self._resampler.process(x)
         self._track_loudness(audio16k)
-        frames = self._fbank.accept(audio16k) if len(audio16k) else np.zeros((0, 1))
+        return self._fbank.accept(audio16k) if len(audio16k) else np.zeros((0, 1), np.float32)
+
+    def _decode(self, states: torch.Tensor | None) -> list[Event]:
+        """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""
         events: list[Event] = []
-        if len(frames) == 0:
-            return events
-        feats = self.model.encoder.normalize(torch.from_numpy(frames).unsqueeze(0))
-        with _native_lstm():
-            states, self._encoder_state = self.model.encoder(feats, self._encoder_state)
-        for state in states[0]:
-            events += self._on_state(state.unsqueeze(0))
+        if states is not None:
+            for state in states[0]:
+                events += self._on_state(state.unsqueeze(0))
+        if self._finished:
+            search = self._search
+            while search.segment_start < search.states_seen:
+                _, segment = search.advance(complete=True)
+                events += self._final(segment)
         return events
 
     def _on_state(self, state: torch.Tensor) -> list[Event]:

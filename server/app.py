@@ -112,7 +112,7 @@ def create_app(settings: Settings) -> FastAPI:
         state.metrics.add_audio(duration)
         try:
             computing = time.perf_counter()
-            events = await state.worker.run(state.recognizer.transcribe_segments, samples, rate)
+            events = await state.least_busy().transcribe(samples, rate)
             state.metrics.add_compute(time.perf_counter() - computing)
         except ValueError as err:
             raise HTTPFault(400, "invalid_audio", str(err)) from None

@@ -7,9 +7,10 @@ thread. Each step's outcome (events or exception) goes back to its own
 session only, so a failing or slow client never blocks or breaks another.
 ``finish`` steps go first: they are what a client waits on after ``stop``.
 
-``step_each`` runs the steps one by one and hands each outcome back the
-moment it exists; a true batched encoder step can replace it without touching
-the server: any callable with the ``BatchStep`` signature works.
+``step_sessions`` (the server's) runs the encoder once for all streaming
+sessions of a batch (``asr.streaming.step_sessions``); ``step_each``, the
+default for any other ``Stream``, runs the steps one by one. Any callable with
+the ``BatchStep`` signature works.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
 from asr.events import Event
+from asr.streaming import StreamingSession
+from asr.streaming import step_sessions as run_sessions
 
 T = TypeVar("T")
 Outcome = list[Event] | Exception
@@ -63,6 +66,15 @@ def step_each(steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -
             deliver(step, err)
         else:
             deliver(step, events)
+
+
+def step_sessions(steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -> None:
+    """In-process streaming sessions of one model: one encoder call for the whole batch."""
+    outcomes = run_sessions(
+        [cast(StreamingSession, step.stream) for step in steps], [step.samples for step in steps]
+    )
+    for step, outcome in zip(steps, outcomes):
+        deliver(step, outcome)
 
 
 class BatchWorker:

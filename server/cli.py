@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--batch-size", type=int, default=d.batch_max_size)
     parser.add_argument("--batch-wait-ms", type=float, default=d.batch_max_wait_ms)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="model processes, each serving its share of the sessions "
+        f"(default: one per CPU core, {d.workers} here; 0: the model in the server process)",
+    )
     parser.add_argument("--torch-threads", type=int, default=d.torch_threads)
     parser.add_argument("--log-level", default="info")
 
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_origins=args.allow_origin,
         batch_max_size=args.batch_size,
         batch_max_wait_ms=args.batch_wait_ms,
+        workers=args.workers,
         torch_threads=args.torch_threads,
     )
     build_server(settings, args.log_level).run()

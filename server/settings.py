@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,13 +29,20 @@ class Settings:
     allowed_origins: list[str] = field(default_factory=list)  # empty: any origin; "*" too
     batch_max_size: int = 32  # streaming steps run in one executor hop
     batch_max_wait_ms: float = 5.0  # how long a non-full batch waits for company
-    # intra-op threads for the model thread: small per-session steps run 3-5x
+    # model processes, each serving its share of the sessions on one core (see server/lanes.py);
+    # None: one per CPU core; 0: the model runs in the server process, on one thread
+    workers: int | None = None
+    # intra-op threads per model thread: small per-session steps run 3-5x
     # faster on one thread than split over several (sync overhead dominates)
     torch_threads: int = 1
     shutdown_timeout_s: float = 10.0  # graceful flush of open sessions on shutdown
 
     def __post_init__(self) -> None:
         self.model = Path(self.model)
+        if self.workers is None:
+            self.workers = len(os.sched_getaffinity(0))
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
         positive = {
             "max_sessions": self.max_sessions,
             "max_frame_bytes": self.max_frame_bytes,

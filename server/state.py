@@ -7,15 +7,12 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from server.batching import BatchWorker
+from server.lanes import Lane, make_lanes
 from server.metrics import Metrics
 from server.protocol import ErrorCode, ProtocolError
 from server.settings import Settings
-
-if TYPE_CHECKING:
-    from asr.recognizer import Recognizer
 
 log = logging.getLogger("server")
 
@@ -26,38 +23,38 @@ class ServerState:
 
     settings: Settings
     metrics: Metrics = field(default_factory=Metrics)
-    recognizer: Recognizer | None = None
+    lanes: list[Lane] = field(default_factory=list)
+    loaded: bool = False
     load_error: str | None = None
-    worker: BatchWorker | None = None
     sessions: set[Any] = field(default_factory=set)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
-        s = self.settings
-        self.worker = BatchWorker(
-            s.batch_max_size, s.batch_max_wait_ms / 1000.0, on_batch=self.metrics.on_batch
-        )
-        self.worker.start()
+        self.lanes = make_lanes(self.settings, self.metrics.on_batch)
+        for lane in self.lanes:
+            lane.worker.start()
 
     async def load(self) -> None:
-        """Load the model on the model thread; /healthz answers meanwhile, /readyz waits for this."""
+        """Load the model in every lane; /healthz answers meanwhile, /readyz waits for this."""
         try:
-            self.recognizer = await self.worker.run(
-                _load, self.settings.model, self.settings.torch_threads
-            )
+            await asyncio.gather(*(lane.load() for lane in self.lanes))
         except Exception as err:
             self.load_error = f"cannot load model {self.settings.model}: {err}"
             log.exception("model load failed")
         else:
-            log.info("model %s loaded", self.settings.model)
+            self.loaded = True
+            log.info("model %s loaded in %d lane(s)", self.settings.model, len(self.lanes))
 
     async def stop(self) -> None:
-        if self.worker is not None:
-            await self.worker.close()
+        await asyncio.gather(*(lane.stop() for lane in self.lanes))
 
     @property
     def ready(self) -> bool:
-        return self.recognizer is not None and not self.closing.is_set()
+        return self.loaded and not self.closing.is_set()
+
+    def least_busy(self) -> Lane:
+        """The lane for a new session or upload: the one with the fewest open sessions."""
+        return min(self.lanes, key=lambda lane: lane.sessions)
 
     def authorized(self, headers: Any, query: Any) -> bool:
         """Bearer header or ``token`` query parameter, compared in constant time."""
@@ -95,12 +92,3 @@ class ServerState:
             await asyncio.sleep(0.02)
         if self.sessions:
             log.warning("%d session(s) still open after the shutdown timeout", len(self.sessions))
-
-
-def _load(path: Any, threads: int) -> Recognizer:
-    import torch
-
-    from asr import load_model
-
-    torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
-    return load_model(path)

@@ -14,14 +14,14 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr.audio import decode_pcm
 from asr.events import Event
-from server.batching import Stream
+from server.lanes import Lane
 from server.protocol import (
     CloseCode,
     End,
@@ -81,7 +81,8 @@ class StreamSession:
         self.id = uuid.uuid4().hex
         self.deadline = time.monotonic() + state.settings.max_session_s
         self.start: Start | None = None
-        self.stream: Stream | None = None
+        self.lane: Lane | None = None
+        self.stream: Any = None  # the lane's handle of this session's recognizer stream
         self.audio: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
         self.ready_at = 0.0
         self.results_sent = 0
@@ -107,6 +108,8 @@ class StreamSession:
             await _send_error(self.ws, ProtocolError(ErrorCode.INTERNAL, "internal server error"))
         finally:
             self._closing.cancel()
+            if self.lane is not None:
+                self.lane.close(self.stream)
 
     async def _open(self) -> None:
         """Wait for ``start``, create the recognizer stream and answer ``ready``."""
@@ -118,10 +121,12 @@ class StreamSession:
         message = parse_client_message(payload)
         if not isinstance(message, Start):
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, "the first message must be start")
+        lane = self.state.least_busy()
         try:
-            self.stream = self.state.recognizer.stream(message.sample_rate)
+            self.stream = lane.open(message.sample_rate)
         except ValueError as err:
             raise ProtocolError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(err)) from None
+        self.lane = lane
         self.start = message
         await self._send(Ready(session_id=self.id).model_dump_json())
         self.ready_at = time.monotonic()
@@ -213,7 +218,8 @@ class StreamSession:
 
     async def _pump(self) -> None:
         """Feed everything queued so far as one step; finish on the end marker."""
-        worker = self.state.worker
+        assert self.lane is not None
+        worker = self.lane.worker
         metrics = self.state.metrics
         while True:
             chunks = [await self.audio.get()]

@@ -34,33 +34,28 @@ CHROMIUM = next(
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 
-class RecordingRecognizer:
-    """Wraps the server's recognizer to keep a copy of the audio each stream receives."""
+class Recording:
+    """Keeps a copy of the audio each stream of an in-process lane receives."""
 
-    def __init__(self, inner) -> None:
-        self.inner = inner
+    def __init__(self, lane) -> None:
+        self.lane = lane
         self.streams: list[tuple[int, list[np.ndarray]]] = []
+        self._received: dict[int, list[np.ndarray]] = {}
+        open_stream, accept = lane.open, lane.worker.accept
 
-    def stream(self, sample_rate: int) -> RecordedStream:
-        received: list[np.ndarray] = []
-        self.streams.append((sample_rate, received))
-        return RecordedStream(self.inner.stream(sample_rate), received)
+        def recorded_open(sample_rate: int):
+            stream = open_stream(sample_rate)
+            self.streams.append((sample_rate, self._received.setdefault(id(stream), [])))
+            return stream
+
+        async def recorded_accept(stream, samples: np.ndarray):
+            self._received[id(stream)].append(np.array(samples, dtype=np.float32))
+            return await accept(stream, samples)
+
+        lane.open, lane.worker.accept = recorded_open, recorded_accept
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
-        return self.inner.transcribe(samples, sample_rate)
-
-
-class RecordedStream:
-    def __init__(self, inner, received: list[np.ndarray]) -> None:
-        self.inner = inner
-        self.received = received
-
-    def accept(self, samples: np.ndarray):
-        self.received.append(np.array(samples, dtype=np.float32))
-        return self.inner.accept(samples)
-
-    def finish(self):
-        return self.inner.finish()
+        return self.lane.recognizer.transcribe(samples, sample_rate)
 
 
 class DevTools:
@@ -150,9 +145,8 @@ def launch(tmp_path: Path, wav: Path) -> tuple[subprocess.Popen, int]:
 
 @pytest.fixture(scope="module")
 def server(tiny_bundle):
-    with LiveServer(Settings(model=tiny_bundle)) as live:
-        state = live.app.state.asr
-        state.recognizer = RecordingRecognizer(state.recognizer)
+    with LiveServer(Settings(model=tiny_bundle, workers=0)) as live:
+        live.recording = Recording(live.app.state.asr.lanes[0])
         yield live
 
 
@@ -189,7 +183,7 @@ def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> Non
     """The page's transcript is the server's transcript of the audio it got, and that audio
     is the file, properly low-passed and resampled (aliasing of the 12 kHz tone would
     bring the SNR near 0 dB; a good capture path gives 25 to 45 dB)."""
-    recognizer = server.app.state.asr.recognizer
+    recognizer = server.recording
     rate, chunks = recognizer.streams[-1]
     received = np.concatenate(chunks)
     # compared at 16 kHz: below 8 kHz any two good resamplers agree up to a tiny delay

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import json
+import multiprocessing
 import time
 import urllib.error
 import urllib.request
@@ -47,7 +48,11 @@ def server(tiny_bundle):
 def limited(tiny_bundle):
     """Short idle timeout, session length and upload limit; no API key."""
     settings = Settings(
-        model=tiny_bundle, idle_timeout_s=1.0, max_session_s=2.0, max_upload_bytes=64 * 1024
+        model=tiny_bundle,
+        idle_timeout_s=1.0,
+        max_session_s=2.0,
+        max_upload_bytes=64 * 1024,
+        workers=0,  # the model in the server process: the other lane kind
     )
     with LiveServer(settings) as live:
         yield live
@@ -109,6 +114,33 @@ def test_streamed_transcript_equals_offline(server, tiny_bundle, rate, encoding)
     assert all(r.final == (r.type == "final") for r in results)
     segments = [r.segment for r in results]
     assert segments == sorted(segments)
+
+
+def test_concurrent_sessions_share_the_model_processes(server, tiny_bundle):
+    """Four sessions at once on the default server (a model process per core): each gets its
+    own offline transcript, and the sessions were spread over the processes."""
+    state = server.app.state.asr
+    assert len(state.lanes) == server.settings.workers >= 2
+    assert len([p for p in multiprocessing.active_children() if p.name == "asr-model"]) >= 2
+    clips = [speechlike(1.0 + 0.3 * i, seed=20 + i) for i in range(4)]
+    seen: list[list[int]] = []
+
+    async def run_all():
+        async def one(clip):
+            def note(_):
+                seen.append([lane.sessions for lane in state.lanes])
+
+            return await stream(
+                ws_url(server), file_frames(clip, 16000, 100.0), 16000, token=KEY, on_result=note
+            )
+
+        return await asyncio.gather(*(one(c) for c in clips))
+
+    transcripts = asyncio.run(run_all())
+    for clip, transcript in zip(clips, transcripts):
+        assert transcript.text == offline_text(tiny_bundle, clip, 16000)
+    assert any(min(counts) >= 1 for counts in seen)  # every process held a session at once
+    assert all(lane.sessions == 0 for lane in state.lanes)  # closed sessions were released
 
 
 def test_results_arrive_while_streaming(server, tiny_bundle):

@@ -23,6 +23,7 @@ from asr.audio import read_audio, resample
 from asr.bundle import load_model
 from asr.events import Event
 from asr.recognizer import Recognizer
+from asr.streaming import step_sessions
 from tests.conftest import SENTENCES, build_bundle
 
 CHUNKINGS = ["1ms", "10ms", "random", "100ms", "1s", "whole"]
@@ -333,3 +334,42 @@ def test_int16_input_gives_the_same_tokens_as_float(recognizers, utterances) -> 
     expected = finals(recognizer.transcribe_segments(pcm.astype(np.float32) / 32768, rate))
     got = finals(stream(recognizer, pcm, rate, chunk_sizes("10ms", rate, len(pcm))))
     assert got == expected
+
+
+def test_sessions_stepped_together_give_what_each_gives_alone(
+    recognizers, utterances, offline
+) -> None:
+    """``step_sessions``: 22 sessions in random chunkings share each encoder call (a server's
+    batch), one of them gets a bad chunk midway, and every transcript is the offline one."""
+    recognizer = recognizers["greedy"]
+    sessions = [recognizer.stream(rate) for _, rate in utterances]
+    plans = [chunk_sizes("random", rate, len(x), seed=i) for i, (x, rate) in enumerate(utterances)]
+    starts = [0] * len(sessions)
+    events: list[list[Event]] = [[] for _ in sessions]
+    bad_sent = False
+    while any(not s.finished for s in sessions):
+        active = [k for k, s in enumerate(sessions) if not s.finished]
+        inputs: list[np.ndarray | None] = []
+        for k in active:
+            x, _ = utterances[k]
+            if starts[k] >= len(x):
+                inputs.append(None)
+                continue
+            if k == 4 and starts[k] > len(x) // 2 and not bad_sent:
+                inputs.append(np.array([np.nan], dtype=np.float32))
+                bad_sent = True
+                continue
+            size = plans[k].pop(0)
+            inputs.append(x[starts[k] : starts[k] + size])
+            starts[k] += size
+        outcomes = step_sessions([sessions[k] for k in active], inputs)
+        for k, outcome in zip(active, outcomes):
+            if isinstance(outcome, Exception):
+                assert k == 4 and isinstance(outcome, ValueError)
+            else:
+                events[k] += outcome
+    assert bad_sent
+    for i in range(len(sessions)):
+        expected, text = offline("greedy", i)
+        assert finals(events[i]) == expected, f"utterance {i}"
+        assert " ".join(e.text for e in events[i] if e.final and e.text) == text
