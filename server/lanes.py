@@ -13,6 +13,7 @@ Audio goes down a pipe (6.4 kB per 100 ms of float32), events come back up.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing
 from collections import deque
@@ -48,6 +49,11 @@ class Lane:
 
     def open(self, sample_rate: int) -> Any:
         """A new stream (raises ValueError for an unsupported rate)."""
+        stream = self._new_stream(sample_rate)
+        self.sessions += 1
+        return stream
+
+    def _new_stream(self, sample_rate: int) -> Any:
         raise NotImplementedError
 
     def close(self, stream: Any) -> None:
@@ -73,10 +79,8 @@ class LocalLane(Lane):
             _load, self.settings.model, self.settings.torch_threads
         )
 
-    def open(self, sample_rate: int) -> Any:
-        stream = self.recognizer.stream(sample_rate)
-        self.sessions += 1
-        return stream
+    def _new_stream(self, sample_rate: int) -> Any:
+        return self.recognizer.stream(sample_rate)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
         return await self.worker.run(self.recognizer.transcribe_segments, samples, sample_rate)
@@ -111,10 +115,8 @@ class ProcessLane(Lane):
     async def load(self) -> None:
         await self.worker.run(self._receive)
 
-    def open(self, sample_rate: int) -> RemoteStream:
-        stream = RemoteStream(next(self._ids), check_sample_rate(sample_rate))
-        self.sessions += 1
-        return stream
+    def _new_stream(self, sample_rate: int) -> RemoteStream:
+        return RemoteStream(next(self._ids), check_sample_rate(sample_rate))
 
     def close(self, stream: RemoteStream) -> None:
         self._drops.append(stream.sid)
@@ -125,10 +127,8 @@ class ProcessLane(Lane):
 
     async def stop(self) -> None:
         await super().stop()  # the worker's thread is done with the pipe
-        try:
+        with contextlib.suppress(OSError):  # the process may be gone already
             self._conn.send(("stop", None))
-        except OSError:
-            pass
         self._process.join(5)
         if self._process.is_alive():
             self._process.kill()

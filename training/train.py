@@ -293,8 +293,7 @@ class Trainer:
         if self.cfg.max_steps:
             total = min(total, self.cfg.max_steps)
         self.total_steps = total
-        self._time_progress = 0.0
-        self._clock_origin = time.monotonic()
+        self._time_progress = 0.0  # read by the schedule; fit() keeps it current
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay
         )

@@ -146,7 +146,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         sp_type=model["tokenizer"]["model_type"],
         vocab=model["tokenizer"]["vocab_size"],
         valid_decoded=json.loads((out / "config.json").read_text())["train"]["valid_decode_max"],
-        status=status(mono["eval"], mono["training"]["minutes"]),
+        status=status(mono["eval"], mono["training"]),
         params=metrics["parameters"] / 1e6,
         megabytes=metrics["megabytes"],
         rows="\n".join(rows),
@@ -165,16 +165,24 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
 TARGETS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.20}
 
 
-def status(evals: dict[str, dict[str, Any]], minutes: float) -> str:
-    """One sentence: does the model reach the WER targets it is meant to reach?"""
+def status(evals: dict[str, dict[str, Any]], training: dict[str, Any]) -> str:
+    """One sentence: does the model reach the WER targets it is meant to reach, and if not,
+    what its validation losses say about why."""
     missed = [s for s in SPLITS if evals[s]["wer"]["rate"] > TARGETS[s]]
     goal = ", ".join(f"{SPLIT_TITLES[s]} <= {100 * TARGETS[s]:.0f}%" for s in SPLITS)
     if not missed:
         return f"It reaches the targets (WER {goal})."
+    losses = [h for h in training["history"] if "valid_loss" in h]
+    lowest = min(losses, key=lambda h: h["valid_loss"])
+    trend = (
+        "its validation loss was still falling, so it is far from converged"
+        if lowest is losses[-1]
+        else f"its validation loss was lowest at epoch {int(lowest['epoch'])} and then rose, "
+        "so the corpus limits it as much as the budget"
+    )
     return (
-        f"**It does not yet reach the targets (WER {goal})**: it was trained for {minutes} "
-        "minutes of one CPU core on 7.3 hours of synthetic speech, a budget and a corpus too "
-        "small for that (see the validation table: WER flattens while the loss starts to rise)."
+        f"**It does not yet reach the targets (WER {goal})**: it was trained for "
+        f"{training['minutes']} minutes of one CPU core, and {trend}."
     )
 
 
