@@ -386,6 +386,8 @@ class Trainer:
                 # Stopped mid-epoch (a time or step budget): validate once more, so the final
                 # card has a WER and the last weights can become the best ones.
                 self._validate_and_keep(pos, writer, "final validation")
+                self._tick(pos)
+                self.save_checkpoint("last.pt", pos)  # with that validation in its history
         if self.ddp.main:
             self._write_bundle(self.out / "bundle", pos)
             self.log(f"final bundle: {self.out / 'bundle'}")
@@ -456,8 +458,7 @@ class Trainer:
             if self.cfg.checkpoint_every and pos.step % self.cfg.checkpoint_every == 0:
                 self.save_checkpoint("last.pt", pos)
                 self.log(f"checkpoint step={pos.step} epoch={pos.epoch + 1} batch={pos.batch}")
-            if stats["stop"]:
-                self.save_checkpoint("last.pt", pos)
+            if stats["stop"]:  # fit() validates, then saves last.pt
                 bar.close()
                 self.log(f"stopping at step {pos.step} (train.max_steps / train.max_minutes)")
                 return True
