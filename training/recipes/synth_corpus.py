@@ -312,8 +312,12 @@ def install(engines: list[Engine], text_missing: bool) -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", *pip], check=True)
 
 
-def check_setup(weights: dict[str, float], do_install: bool) -> dict[str, list[str]]:
-    """Voices per engine; installs (--install) or exits saying what is missing and how to get it."""
+def check_setup(
+    weights: dict[str, float], do_install: bool, need_text: bool
+) -> dict[str, list[str]]:
+    """Voices per engine; installs (--install) or exits saying what is missing and how to get it.
+
+    ``need_text``: no sentences were found, so the text packages are missing too."""
 
     def problems() -> list[str]:
         found = [
@@ -321,7 +325,7 @@ def check_setup(weights: dict[str, float], do_install: bool) -> dict[str, list[s
             for name in weights
             if (why := ENGINES[name].missing())
         ]
-        if not (FORTUNE_DIR.exists() or WORDNET_DIR.exists()):
+        if need_text and not (FORTUNE_DIR.exists() or WORDNET_DIR.exists()):
             found.append(
                 "  text: no fortune or WordNet data\n    install: apt-get install -y "
                 + " ".join(TEXT_APT)
@@ -330,7 +334,7 @@ def check_setup(weights: dict[str, float], do_install: bool) -> dict[str, list[s
 
     missing = problems()
     if missing and do_install:
-        install([ENGINES[n] for n in weights if ENGINES[n].missing()], not FORTUNE_DIR.exists())
+        install([ENGINES[n] for n in weights if ENGINES[n].missing()], need_text)
         missing = problems()
     if missing:
         raise SystemExit(
@@ -363,8 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     weights = parse_engines(args.engines)
-    voices = check_setup(weights, args.install)
     pairs = load_sentences()
+    voices = check_setup(weights, args.install, need_text=not pairs)
+    pairs = pairs or load_sentences()
+    if not pairs:
+        raise SystemExit(f"no usable sentences under {FORTUNE_DIR} or {WORDNET_DIR}")
     if args.max_sentences:
         pairs = pairs[: args.max_sentences]
     rirs = augment.available_rirs()
