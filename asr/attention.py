@@ -20,136 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from asr.config import AttentionConfig
+from asr.scan import scan_rows, shift_left, shift_right
 
 # --------------------------------------------------------------------------
-# The soft monotonic alignment: an exact, stable, parallel scan.
+# The soft monotonic alignment (its recurrence is solved by asr.scan).
 # --------------------------------------------------------------------------
-
-
-SCAN_BLOCK = 8
-SCAN_DOUBLING_MAX = 64
-
-
-def _doubling_scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
-    """Hillis-Steele scan of [R, n] rows: ceil(log2 n) rounds of two whole-row ops.
-
-    Round k composes each position with the one 2**k away (q <- q + c * q_shifted,
-    c <- c * c_shifted), reading shifted views of zero-padded ping-pong buffers, so
-    the Python-level op count is 2 log2(n) whatever the batch.
-    """
-    n = inp.shape[-1]
-    steps = (n - 1).bit_length()
-    pad = 1 << (steps - 1)
-    lo = 0 if reverse else pad
-    bufs = inp.new_zeros(4, inp.shape[0], n + pad).unbind(0)
-    vals = [b.narrow(-1, lo, n) for b in bufs]
-    vals[0].copy_(inp)
-    vals[2].copy_(coeff)
-    shift = 1
-    for step in range(steps):
-        i = step & 1
-        src = lo + shift if reverse else lo - shift
-        torch.addcmul(vals[i], vals[2 + i], bufs[i].narrow(-1, src, n), out=vals[1 - i])
-        if step < steps - 1:  # the last round's products are never read
-            torch.mul(vals[2 + i], bufs[2 + i].narrow(-1, src, n), out=vals[3 - i])
-        shift *= 2
-    return vals[steps & 1]
-
-
-def _blocked_scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
-    """Long rows: solve blocks of SCAN_BLOCK in place, scan the block ends, add the carries."""
-    rows, n = inp.shape
-    block = SCAN_BLOCK
-    blocks = -(-n // block)
-    extra = blocks * block - n
-    # Fresh copies (solved in place); padding (coefficient 1, input 0) at the end
-    # cannot change real positions in either direction.
-    a = F.pad(inp, (0, extra)) if extra else inp.clone()
-    c = F.pad(coeff, (0, extra), value=1.0) if extra else coeff.clone()
-    a = a.view(rows, blocks, block)
-    c = c.view(rows, blocks, block)
-    a_cols, c_cols = a.unbind(-1), c.unbind(-1)
-    order = range(block - 2, -1, -1) if reverse else range(1, block)
-    step = 1 if reverse else -1
-    for j in order:
-        a_cols[j].addcmul_(c_cols[j], a_cols[j + step])
-        c_cols[j].mul_(c_cols[j + step])
-    # a: each block solved from a zero carry; c: products from the block's entry edge.
-    edge = 0 if reverse else block - 1
-    ends = _scan(c_cols[edge].contiguous(), a_cols[edge].contiguous(), reverse)
-    carry = F.pad(ends[:, 1:], (0, 1)) if reverse else F.pad(ends[:, :-1], (1, 0))
-    return torch.addcmul(a, c, carry.unsqueeze(-1)).view(rows, blocks * block)[:, :n]
-
-
-def _scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
-    """Scan of contiguous [R, n] rows (see linear_scan); no autograd."""
-    if inp.shape[-1] == 1:
-        return inp.clone()
-    if inp.shape[-1] <= SCAN_DOUBLING_MAX:
-        return _doubling_scan(coeff, inp, reverse)
-    return _blocked_scan(coeff, inp, reverse)
-
-
-def _scan_rows(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
-    length = inp.shape[-1]
-    if length == 0:
-        return inp.clone()
-    flat_c = coeff.reshape(-1, length).contiguous()
-    flat_x = inp.reshape(-1, length).contiguous()
-    return _scan(flat_c, flat_x, reverse).reshape(inp.shape)
-
-
-class _LinearScan(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:  # type: ignore[override]
-        q = _scan_rows(coeff, inp, reverse)
-        ctx.save_for_backward(coeff, q)
-        ctx.reverse = reverse
-        return q
-
-    @staticmethod
-    def backward(ctx, grad_q: Tensor) -> tuple[Tensor, Tensor, None]:  # type: ignore[override]
-        coeff, q = ctx.saved_tensors
-        # The adjoint of a scan is the scan in the other direction with the
-        # coefficients moved to the other end of each link.
-        if ctx.reverse:
-            grad_inp = _scan_rows(_shift_right(coeff, 0.0), grad_q, False)
-            grad_coeff = grad_inp * _shift_left(q, 0.0)
-        else:
-            grad_inp = _scan_rows(_shift_left(coeff, 0.0), grad_q, True)
-            grad_coeff = grad_inp * _shift_right(q, 0.0)
-        return grad_coeff, grad_inp, None
-
-
-def linear_scan(coeff: Tensor, inp: Tensor, reverse: bool = False) -> Tensor:
-    """Solve ``q[j] = coeff[j] * q[j-1] + inp[j]`` (q[-1] = 0) along the last dim.
-
-    With ``reverse=True``: ``q[j] = coeff[j] * q[j+1] + inp[j]`` (q[T] = 0).
-    The coefficient that would multiply a missing neighbour is never used.
-
-    Parallel over T and exact for non-negative coefficients and inputs: only
-    products and sums of non-negative numbers, no division, no cancellation.
-    Rows up to SCAN_DOUBLING_MAX long use a doubling (Hillis-Steele) scan,
-    longer rows first solve blocks of SCAN_BLOCK in place and scan the block
-    ends. Differentiable (the backward pass is the opposite scan).
-    """
-    if coeff.shape != inp.shape:
-        raise ValueError(
-            f"coeff and inp must have the same shape, got {tuple(coeff.shape)} and {tuple(inp.shape)}"
-        )
-    if torch.is_grad_enabled() and (coeff.requires_grad or inp.requires_grad):
-        return _LinearScan.apply(coeff, inp, reverse)
-    return _scan_rows(coeff, inp, reverse)
-
-
-def _shift_right(x: Tensor, fill: float) -> Tensor:
-    """x[j-1] at position j, ``fill`` at position 0."""
-    return F.pad(x[..., :-1], (1, 0), value=fill)
-
-
-def _shift_left(x: Tensor, fill: float) -> Tensor:
-    """x[j+1] at position j, ``fill`` at the last position."""
-    return F.pad(x[..., 1:], (0, 1), value=fill)
 
 
 class _SoftMonotonic(torch.autograd.Function):
@@ -163,7 +38,7 @@ class _SoftMonotonic(torch.autograd.Function):
         p = torch.sigmoid(energy)
         # 1 - p computed as sigmoid(-e): exact even where p rounds to 1.
         one_minus_p = torch.sigmoid(-energy)
-        q = _scan(_shift_right(one_minus_p, 0.0), previous.contiguous(), False)
+        q = scan_rows(shift_right(one_minus_p, 0.0), previous, False)
         alpha = p * q
         ctx.save_for_backward(p, one_minus_p, alpha)
         return alpha
@@ -172,11 +47,11 @@ class _SoftMonotonic(torch.autograd.Function):
     def backward(ctx, grad_alpha: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
         p, one_minus_p, alpha = ctx.saved_tensors
         # G[j] = dL/dq[j] = g[j] p[j] + (1 - p[j]) G[j+1]: the same scan, run backwards.
-        grad_q = _scan(one_minus_p, (grad_alpha * p).contiguous(), True)
+        grad_q = scan_rows(one_minus_p, grad_alpha * p, True)
         grad_energy = None
         if ctx.needs_input_grad[0]:
             # dL/dp = q (g - G[j+1]); dp/de = p (1 - p); masked positions have alpha = 0.
-            grad_energy = (grad_alpha - _shift_left(grad_q, 0.0)) * alpha * one_minus_p
+            grad_energy = (grad_alpha - shift_left(grad_q, 0.0)) * alpha * one_minus_p
         return grad_energy, grad_q, None
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from asr import scan
 from asr.attention import (
     ChunkwiseAttention,
     HardScan,
@@ -23,10 +24,10 @@ from asr.attention import (
     build_attention,
     chunkwise_weights,
     initial_alignment,
-    linear_scan,
     soft_monotonic_alignment,
 )
 from asr.config import AttentionConfig
+from asr.scan import linear_scan
 
 TOL = 1e-6  # forward: L1 error per row relative to the row's mass, float32
 GRAD_TOL = 1e-4  # backward: max error relative to the largest gradient magnitude
@@ -34,6 +35,14 @@ GRAD_TOL = 1e-4  # backward: max error relative to the largest gradient magnitud
 # --------------------------------------------------------------------------
 # References
 # --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["kernel", "tensor"])
+def scan_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run on the compiled CPU kernel and on the tensor-op scan that other devices use."""
+    if request.param == "tensor":
+        monkeypatch.setattr(scan, "kernel_scan", scan.tensor_scan)
+    return request.param
 
 
 def reference_alignment(energy, previous, lengths=None):
@@ -127,6 +136,7 @@ def padded(energy, previous, lengths, garbage):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize(
     "length,batch,std,mean",
     [
@@ -148,6 +158,7 @@ def test_forward_matches_float64_recurrence(length, batch, std, mean):
     assert relative_l1(ours, ref) <= TOL
 
 
+@pytest.mark.usefixtures("scan_backend")
 def test_forward_from_initial_alignment_over_several_steps():
     """Chained steps (alpha of one step is previous of the next) stay on the reference."""
     torch.manual_seed(1)
@@ -162,6 +173,7 @@ def test_forward_from_initial_alignment_over_several_steps():
         assert relative_l1(ours, ref) <= TOL
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize("garbage", [1e4, -1e4, math.inf, -math.inf, math.nan])
 @pytest.mark.parametrize("length,lengths", [(60, [60, 37, 1, 12]), (2100, [2100, 1333])])
 def test_forward_padded_batch(length, lengths, garbage):
@@ -174,6 +186,7 @@ def test_forward_padded_batch(length, lengths, garbage):
     assert relative_l1(ours, ref) <= TOL
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize("length", [800, 4000])
 def test_late_peak_keeps_mass_where_clipped_closed_form_loses_it(length):
     energy, previous = late_peaked(2, length)
@@ -206,6 +219,7 @@ def _grads(fn, energy, previous, weights):
     return energy.grad, previous.grad
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize(
     "case",
     ["std1-T50", "std25-T300", "mean-4-T1000", "late-T800", "late-T4000", "padded-T700"],
@@ -242,6 +256,7 @@ def test_gradients_match_float64_reference(case):
         assert (ge[~mask] == 0).all()
 
 
+@pytest.mark.usefixtures("scan_backend")
 def test_gradients_finite_with_extreme_energies_and_masks():
     torch.manual_seed(3)
     energy = 60.0 * torch.randn(4, 300)
@@ -257,6 +272,7 @@ def test_gradients_finite_with_extreme_energies_and_masks():
         assert torch.isfinite(t).all()
 
 
+@pytest.mark.usefixtures("scan_backend")
 def test_gradcheck_float64():
     torch.manual_seed(4)
     energy = torch.randn(2, 9, dtype=torch.float64, requires_grad=True)
@@ -267,6 +283,7 @@ def test_gradcheck_float64():
     )
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize("reverse", [False, True])
 def test_linear_scan_gradcheck_float64(reverse):
     torch.manual_seed(5)
@@ -276,6 +293,7 @@ def test_linear_scan_gradcheck_float64(reverse):
         assert torch.autograd.gradcheck(lambda c, x: linear_scan(c, x, reverse), (coeff, inp))
 
 
+@pytest.mark.usefixtures("scan_backend")
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("length", [1, 2, 3, 63, 64, 65, 100, 1000, 5003])
 def test_linear_scan_matches_loop(length, reverse):
