@@ -2,8 +2,8 @@
 
 Runs full training steps (forward, backward, clipping, optimizer) of the model
 on synthetic batches: random features with utterance lengths drawn like a
-speech corpus (1.5-8 s) and --tokens-per-second targets (12: the synthetic corpus with
-the default 64-piece vocabulary). A profiled step
+speech corpus (1.5-8 s) and --tokens-per-second targets (7.7: the synthetic corpus with
+the default 256-piece vocabulary). A profiled step
 then splits forward+backward time between the encoder, the attention and the
 decoder (backward ops are attributed to the forward op that created them).
 
@@ -119,7 +119,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--manifest", type=Path, help="draw utterance lengths from this manifest")
     parser.add_argument(
-        "--tokens-per-second", type=float, default=12.0, help="target tokens per audio second"
+        "--tokens-per-second", type=float, default=7.7, help="target tokens per audio second"
     )
     args = parser.parse_args()
 

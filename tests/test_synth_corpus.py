@@ -139,6 +139,7 @@ def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(Espeak, "synthesize", counting)
     argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.008", "--test-size", "2"]
+    argv += ["--dev-size", "3"]
     assert synth_corpus.main(argv) == 0
     made = sum(calls)
     assert made >= 10
@@ -147,7 +148,7 @@ def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.Monke
         split: [json.loads(line) for line in (tmp_path / f"{split}.jsonl").read_text().splitlines()]
         for split in synth_corpus.SPLITS
     }
-    assert [len(manifests[s]) for s in synth_corpus.SPLITS[1:]] == [2, 2]
+    assert [len(manifests[s]) for s in synth_corpus.SPLITS[1:]] == [3, 2, 2]
     for split, lines in manifests.items():
         for line in lines:
             assert set(synth_corpus.MANIFEST_KEYS) <= set(line)
@@ -162,7 +163,9 @@ def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.Monke
     train_text = {line["text"] for line in manifests["train"]}
     seen = {line["text"] for line in manifests["test_seen_voices"]}
     unseen = {line["text"] for line in manifests["test_unseen_voices"]}
-    assert not (train_text & seen) and not (train_text & unseen) and not (seen & unseen)
+    dev = {line["text"] for line in manifests["dev"]}
+    texts = [train_text, dev, seen, unseen]
+    assert all(not (a & b) for i, a in enumerate(texts) for b in texts[i + 1 :])
 
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.wav")}
     assert synth_corpus.main(argv) == 0

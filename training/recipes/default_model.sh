@@ -8,14 +8,14 @@ DATA=${DATA:-data/synth}
 EXP=${EXP:-exp}
 MINUTES=${MINUTES:-80}
 
-python -m training.recipes.synth_corpus --out "$DATA" --hours 8 --seed 0 --jobs 1 \
+python -m training.recipes.synth_corpus --out "$DATA" --hours 8 --seed 0 --jobs 2 --aug-prob 0.5 \
   --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4
 
 train() {  # $1 = attention kind
   local resume=()
   [ -f "$EXP/$1/last.pt" ] && resume=(--resume)
   asr train --config training/configs/default.yaml \
-    train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/test_seen_voices.jsonl" \
+    train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl" \
     train.max_minutes="$MINUTES" train.threads=1 model.attention.kind="$1" --out "$EXP/$1" "${resume[@]}"
 }
 mkdir -p "$EXP"

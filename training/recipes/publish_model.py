@@ -37,6 +37,7 @@ SPLIT_TITLES = {
     "test_unseen_voices": "unseen voices",
 }
 REPO = Path(__file__).resolve().parents[2]
+DATA_ARG = "data/synth"  # how the card names the corpus directory (the recipe's default)
 SAMPLE_DIR = REPO / "tests" / "data" / "heldout"
 
 
@@ -85,6 +86,32 @@ def _command(card: Path) -> str:
     raise ValueError(f"{card}: no training command line")
 
 
+def corpus_facts(data: Path) -> dict[str, Any]:
+    """What the card says about the corpus, read from its manifests and plan.json."""
+    plan = json.loads((data / "plan.json").read_text())
+    train = [json.loads(line) for line in (data / "train.jsonl").open(encoding="utf-8")]
+    voices: dict[str, set[str]] = {}
+    for row in train:
+        voices.setdefault(row["engine"], set()).add(row["voice"])
+    sizes = {
+        split: sum(1 for _ in (data / f"{split}.jsonl").open(encoding="utf-8"))
+        for split in ("dev", *SPLITS)
+    }
+    engines = " ".join(plan["engines"])
+    return {
+        "train_utterances": len(train),
+        "train_hours": sum(row["duration"] for row in train) / 3600,
+        "augmented": sum(bool(row["aug"]) for row in train) / max(len(train), 1),
+        "voices": {engine: len(names) for engine, names in sorted(voices.items())},
+        "sizes": sizes,
+        "command": (
+            f"python -m training.recipes.synth_corpus --out {DATA_ARG} --hours {plan['hours']:g} "
+            f"--seed {plan['seed']} --jobs {plan['jobs']} --aug-prob {plan['aug_prob']:g} \\\n"
+            f"      --test-size {plan['test_size']} --dev-size {plan['dev_size']} --engines {engines}"
+        ),
+    }
+
+
 def ship_sample(data: Path, per_split: int, max_seconds: float) -> dict[str, int]:
     """``per_split`` utterances of at most ``max_seconds`` per split, as FLAC: the first in the
     order of their ids' SHA-1, a fixed pseudo-random mix of engines and voices."""
@@ -129,6 +156,8 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
     )
     model = json.loads((out / "config.json").read_text())["model"]
     enc, att, dec = model["encoder"], model["attention"], model["decoder"]
+    corpus = metrics["corpus"]
+    voices = ", ".join(f"{engine} ({n})" for engine, n in corpus["voices"].items())
     text = CARD.format(
         enc_layers=enc["layers"],
         enc_units=enc["units"],
@@ -146,6 +175,14 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         sp_type=model["tokenizer"]["model_type"],
         vocab=model["tokenizer"]["vocab_size"],
         valid_decoded=json.loads((out / "config.json").read_text())["train"]["valid_decode_max"],
+        train_utterances=f"{corpus['train_utterances']:,}",
+        train_hours=corpus["train_hours"],
+        augmented=100 * corpus["augmented"],
+        voices=voices,
+        dev=corpus["sizes"]["dev"],
+        seen=corpus["sizes"]["test_seen_voices"],
+        unseen=corpus["sizes"]["test_unseen_voices"],
+        corpus_command=corpus["command"],
         status=status(mono["eval"], mono["training"]),
         params=metrics["parameters"] / 1e6,
         megabytes=metrics["megabytes"],
@@ -217,17 +254,17 @@ vocabulary of {vocab}. Configuration: `config.json` (training/configs/default.ya
 
 ## Data
 
-The synthetic corpus of `training/recipes/synth_corpus.py` (seed 0): 10,421 training
-utterances, 7.32 h, read by espeak-ng (312 accent/variant voices), flite (4), festival
-(3) and piper (joe) from fortune and WordNet sentences, with speed, noise,
-reverberation, band-limiting and telephone augmentation. Held out: 300 unseen
-sentences by seen voices, 300 unseen sentences by unseen voices (whole voices kept
-out of training).
+The synthetic corpus of `training/recipes/synth_corpus.py`: {train_utterances} training
+utterances, {train_hours:.2f} h, read by {voices} voices (espeak-ng counts accent/variant
+combinations) from fortune and WordNet sentences; {augmented:.0f}% of them with speed, noise,
+reverberation, band-limiting or telephone augmentation. Held out, all clean: {dev} dev
+sentences by training voices (validation and the choice of checkpoint), {seen} unseen
+sentences by seen voices, {unseen} unseen sentences by unseen voices (whole voices kept
+out of training). No test utterance takes part in training or checkpoint choice.
 
 ## Training (exact commands; `training/recipes/default_model.sh` runs them all)
 
-    python -m training.recipes.synth_corpus --out data/synth --hours 8 --seed 0 --jobs 1 \\
-      --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4          # about 25 min
+    {corpus_command}
     {mono_command}
     {soft_command}
     python -m training.recipes.publish_model --run exp/monotonic --baseline exp/softmax \\
@@ -237,7 +274,7 @@ Monotonic: {mono_steps} steps, {mono_epochs} epochs, {mono_minutes} minutes of t
 softmax baseline: {soft_epochs} epochs, {soft_minutes} minutes (both on one thread
 each, sharing the machine).
 
-## Validation during training ({valid_decoded} utterances of the seen-voices split, each epoch)
+## Validation during training ({valid_decoded} utterances of the dev split, each epoch)
 
 | epoch | valid loss | WER |
 |---|---|---|
@@ -274,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics["megabytes"] = weights.stat().st_size / 1e6
     metrics["parameters"] = load_model(args.out).model.num_parameters()
     metrics["sample"] = ship_sample(args.data, args.sample, args.sample_max_seconds)
+    metrics["corpus"] = corpus_facts(args.data)
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_card(args.out, metrics)
     print(f"published {bundle} -> {args.out}")

@@ -4,10 +4,11 @@
         [--engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4] [--install]
 
 Writes 16 kHz mono 16-bit WAVs under DIR/wavs/<split>/<engine>/ and the manifests
-DIR/train.jsonl, DIR/test_seen_voices.jsonl and DIR/test_unseen_voices.jsonl. Each line
-is {"id", "audio", "text", "duration", "engine", "voice", "params", "aug"}; "audio" is
-relative to the manifest's directory. Test sentences never occur in train; the
-unseen-voices test uses only voices in HELD_OUT, which train never uses.
+DIR/train.jsonl, DIR/dev.jsonl, DIR/test_seen_voices.jsonl and DIR/test_unseen_voices.jsonl.
+Each line is {"id", "audio", "text", "duration", "engine", "voice", "params", "aug"}; "audio"
+is relative to the manifest's directory. Dev and test sentences never occur in train; the
+unseen-voices test uses only voices in HELD_OUT, which train and dev never use. Dev (seen
+voices, clean) is for validation and checkpoint choice, so the test splits stay untouched.
 
 The plan (who says what, with which prosody and augmentation) is a pure function of the
 seed, the sentence sources, the engines and the hours, and utterance ids hash their
@@ -44,7 +45,7 @@ from training.recipes.engines import ENGINES, Engine, Params
 from training.recipes.sources import FORTUNE_DIR, WORDNET_DIR, load_sentences
 
 RATE = 16000
-SPLITS = ("train", "test_seen_voices", "test_unseen_voices")
+SPLITS = ("train", "dev", "test_seen_voices", "test_unseen_voices")
 DEFAULT_WEIGHTS = {"espeak": 0.25, "flite": 0.15, "festival": 0.2, "piper": 0.4}
 TEXT_APT = ("fortunes", "fortunes-min", "wordnet-base")
 # Whole voices that only the unseen-voices test uses. piper has a single voice, so it
@@ -101,6 +102,7 @@ def plan_corpus(
     weights: dict[str, float],
     hours: float,
     test_size: int,
+    dev_size: int,
     seed: int,
     aug_prob: float,
     rirs: list[str],
@@ -117,7 +119,8 @@ def plan_corpus(
     sentences = {
         "test_seen_voices": order[:test_size],
         "test_unseen_voices": order[test_size : 2 * test_size],
-        "train": order[2 * test_size :],
+        "dev": order[2 * test_size : 2 * test_size + dev_size],
+        "train": order[2 * test_size + dev_size :],
     }
     split_voices = {
         split: {
@@ -127,7 +130,7 @@ def plan_corpus(
         for split in SPLITS
     }
     plan: list[Utterance] = []
-    for split in ("test_seen_voices", "test_unseen_voices", "train"):
+    for split in ("test_seen_voices", "test_unseen_voices", "dev", "train"):
         usable = {e: w for e, w in weights.items() if split_voices[split].get(e)}
         if not usable or not sentences[split]:
             continue
@@ -358,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--test-size", type=int, default=300, help="utterances per test split")
+    parser.add_argument("--dev-size", type=int, default=200, help="utterances in the dev split")
     parser.add_argument("--aug-prob", type=float, default=0.8, help="share of train augmented")
     parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
     parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
@@ -376,7 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         pairs = pairs[: args.max_sentences]
     rirs = augment.available_rirs()
     plan = plan_corpus(
-        pairs, voices, weights, args.hours, args.test_size, args.seed, args.aug_prob, rirs
+        pairs,
+        voices,
+        weights,
+        args.hours,
+        args.test_size,
+        args.dev_size,
+        args.seed,
+        args.aug_prob,
+        rirs,
     )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
