@@ -138,7 +138,7 @@ def _kernel() -> Any:
 def kernel_scan(coeff: Tensor, inp: Tensor, reverse: bool) -> Tensor:
     """Scan of contiguous [R, n] CPU rows with the compiled kernel; no autograd."""
     q = torch.empty_like(inp)
-    _kernel()(coeff.numpy(), inp.numpy(), q.numpy(), reverse, KERNEL_BLOCK)
+    _kernel()(coeff.detach().numpy(), inp.detach().numpy(), q.numpy(), reverse, KERNEL_BLOCK)
     return q
 
 
