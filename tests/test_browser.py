@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 from websockets.asyncio.client import connect
 
 from asr.audio import resample
 from server.live import LiveServer
 from server.settings import Settings
-from tests.test_server_support import speechlike, write_wav
+from tests.test_server_support import write_wav
 
 CHROMIUM = next(
     (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
@@ -143,9 +144,15 @@ def launch(tmp_path: Path, wav: Path) -> tuple[subprocess.Popen, int]:
     return process, int(port_file.read_text().split()[0])
 
 
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "models" / "default"
+SPEECH = REPO / "tests" / "data" / "heldout" / "test_seen_voices" / "01.flac"
+
+
 @pytest.fixture(scope="module")
-def server(tiny_bundle):
-    with LiveServer(Settings(model=tiny_bundle, workers=0)) as live:
+def server():
+    """The bundled model, so the page shows words."""
+    with LiveServer(Settings(model=MODEL, workers=0)) as live:
         live.recording = Recording(live.app.state.asr.lanes[0])
         yield live
 
@@ -155,14 +162,17 @@ RATE = 48000
 
 @pytest.fixture(scope="module")
 def audio() -> np.ndarray:
-    """Half a second of silence, speech-like sound, and a loud 12 kHz tone.
+    """Half a second of silence, then a shipped held-out sentence at 48 kHz under a loud
+    12 kHz tone.
 
     The tone is above 8 kHz: a page that decimates to 16 kHz without a
     low-pass filter folds it to 4 kHz at full strength, which the check
     against a properly resampled reference catches.
     """
-    t = np.arange(3 * RATE) / RATE
-    sound = speechlike(3.0, RATE, seed=5) * 0.7 + 0.2 * np.sin(2 * np.pi * 12000 * t)
+    speech, rate = soundfile.read(SPEECH, dtype="float32")
+    speech = resample(speech, rate, RATE)
+    t = np.arange(len(speech)) / RATE
+    sound = speech * 0.7 / np.abs(speech).max() + 0.2 * np.sin(2 * np.pi * 12000 * t)
     return np.concatenate([np.zeros(RATE // 2), sound]).astype(np.float32)
 
 
@@ -239,7 +249,7 @@ def test_page_streams_microphone(server, audio, tmp_path, send):
             await tools.click("#mic")
             await tools.wait_for(f"{STATE}.startsWith('streaming')", 30)
             partials = set()
-            for _ in range(45):  # the file lasts 3.5 s
+            for _ in range(int(len(audio) / RATE * 10) + 10):  # the file, and 1 s more
                 partials.add(await tools.eval("document.getElementById('partial').textContent"))
                 await asyncio.sleep(0.1)
             await tools.click("#mic")
