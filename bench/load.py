@@ -30,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from server.client import Transcript, file_frames, load_file, stream
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from server.client import Transcript, file_frames, load_file, stream  # noqa: E402
 
 SENTENCE = "the quick brown fox jumps over the lazy dog while the band plays on"
 
@@ -78,10 +81,11 @@ def server(args: argparse.Namespace) -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "asr.cli", "serve", "--model", str(args.model)]
+    # from the repository root, so the server runs this checkout's code
+    command = [sys.executable, "-m", "asr.cli", "serve", "--model", str(args.model.resolve())]
     command += ["--port", str(port), "--max-sessions", str(args.clients + 8), "--log-level"]
     command += ["warning", *args.server_arg]
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, cwd=ROOT)
     try:
         deadline = time.monotonic() + 180
         while True:
