@@ -75,10 +75,17 @@ def timed(fn, energy, previous, repeats):
     return statistics.median(times[2:]) * 1e3
 
 
-def table(methods: dict) -> None:
+def main() -> None:
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)  # as asr train runs
+    methods = {"ours": soft_monotonic_alignment, "step": step_loop, "closed": closed_form}
     header = (
         f"{'T':>5} | {'ours ms':>8} {'step ms':>8} {'closed ms':>9} | "
         f"{'step/ours':>9} {'closed/ours':>11} | {'err ours':>9} {'err step':>9} {'err closed':>10}"
+    )
+    print(
+        f"soft monotonic attention, batch {BATCH}, forward+backward, median, 1 thread, "
+        "denormals flushed (as in training)"
     )
     print(header)
     print("-" * len(header))
@@ -94,17 +101,6 @@ def table(methods: dict) -> None:
             f"{ms['step'] / ms['ours']:>9.1f} {ms['closed'] / ms['ours']:>11.2f} | "
             f"{err['ours']:>9.1e} {err['step']:>9.1e} {err['closed']:>10.1e}"
         )
-
-
-def main() -> None:
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)  # as asr train runs
-    methods = {"ours": soft_monotonic_alignment, "step": step_loop, "closed": closed_form}
-    print(
-        f"soft monotonic attention, batch {BATCH}, forward+backward, median, 1 thread, "
-        "denormals flushed (as in training)"
-    )
-    table(methods)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect
 from asr.audio import resample
 from server.live import LiveServer
 from server.settings import Settings
+from tests.test_bundled_model import HELDOUT, MODEL
 from tests.test_server_support import write_wav
 
 CHROMIUM = next(
@@ -144,9 +145,7 @@ def launch(tmp_path: Path, wav: Path) -> tuple[subprocess.Popen, int]:
     return process, int(port_file.read_text().split()[0])
 
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "models" / "default"
-SPEECH = REPO / "tests" / "data" / "heldout" / "test_seen_voices" / "01.flac"
+SPEECH = HELDOUT / "test_seen_voices" / "01.flac"
 
 
 @pytest.fixture(scope="module")

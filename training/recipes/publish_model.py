@@ -154,7 +154,8 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         for h in mono["training"]["history"]
         if "valid_wer" in h
     )
-    model = json.loads((out / "config.json").read_text())["model"]
+    config = json.loads((out / "config.json").read_text())
+    model = config["model"]
     enc, att, dec = model["encoder"], model["attention"], model["decoder"]
     corpus = metrics["corpus"]
     voices = ", ".join(f"{engine} ({n})" for engine, n in corpus["voices"].items())
@@ -174,7 +175,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         align=model["alignment_weight"],
         sp_type=model["tokenizer"]["model_type"],
         vocab=model["tokenizer"]["vocab_size"],
-        valid_decoded=json.loads((out / "config.json").read_text())["train"]["valid_decode_max"],
+        valid_decoded=config["train"]["valid_decode_max"],
         train_utterances=f"{corpus['train_utterances']:,}",
         train_hours=corpus["train_hours"],
         augmented=100 * corpus["augmented"],
