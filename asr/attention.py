@@ -74,7 +74,11 @@ def soft_monotonic_alignment(
         if mask.shape != energy.shape:
             raise ValueError(f"mask must be {tuple(energy.shape)}, got {tuple(mask.shape)}")
         mask = mask.to(device=energy.device, dtype=torch.bool)
-    return _SoftMonotonic.apply(energy, previous.to(energy.dtype), mask)
+    # At least float32 even under mixed precision: the recurrence multiplies T factors
+    # (1 - p), which bfloat16's 8-bit mantissa cannot carry (DESIGN.md, the numerical trap).
+    dtype = torch.promote_types(energy.dtype, torch.float32)
+    with torch.autocast(energy.device.type, enabled=False):
+        return _SoftMonotonic.apply(energy.to(dtype), previous.to(dtype), mask)
 
 
 def chunkwise_weights(alpha: Tensor, chunk_energy: Tensor, width: int, mask: Tensor) -> Tensor:

@@ -142,6 +142,9 @@ class TrainConfig:
     # "steps": the cosine runs over epochs (or max_steps); "minutes": over max_minutes of
     # training time, so a run given a time budget ends at the low learning rate on any machine.
     lr_schedule: Literal["steps", "minutes"] = "steps"
+    # "bfloat16": matrix products and LSTMs in bfloat16 under autocast (weights, losses and
+    # the monotonic recurrence stay float32); about 2x faster on CPUs with AVX512-BF16 or AMX.
+    precision: Literal["float32", "bfloat16"] = "float32"
 
     def __post_init__(self) -> None:
         if self.lr_schedule == "minutes" and self.max_minutes <= 0:

@@ -221,14 +221,22 @@ class Decoder(nn.Module):
         spread each boundary over its chunk).
         """
         batch, steps = tokens_in.shape
-        keys = self.attention.keys(memory)
+        # Attention runs in float32 under mixed precision too: its energies and recurrence
+        # are elementwise work that bfloat16 would only add casts to (and round).
+        memory = memory.float()
+        full_precision = torch.autocast(memory.device.type, enabled=False)
+        with full_precision:
+            keys = self.attention.keys(memory)
         state = self.initial_state(batch)
         alignment = initial_alignment(mask)
         all_logits, all_weights, all_alignments = [], [], []
         for i in range(steps):
             state = DecoderState(state.h, state.c, tokens_in[:, i], state.context)
             query, hs, cs = self.query(state)
-            context, alignment, weights = self.attention.soft(query, memory, keys, mask, alignment)
+            with full_precision:
+                context, alignment, weights = self.attention.soft(
+                    query.float(), memory, keys, mask, alignment
+                )
             all_logits.append(self.logits(query, context))
             all_weights.append(weights)
             all_alignments.append(alignment)

@@ -3,9 +3,11 @@
 Runs full training steps (forward, backward, clipping, optimizer) of the model
 on synthetic batches: random features with utterance lengths drawn like a
 speech corpus (1.5-8 s) and --tokens-per-second targets (7.7: the synthetic corpus with
-the default 256-piece vocabulary). A profiled step
-then splits forward+backward time between the encoder, the attention and the
-decoder (backward ops are attributed to the forward op that created them).
+the default 256-piece vocabulary). Steps in float32 and in bfloat16 autocast
+(train.precision) alternate, so both medians come from the same machine load. A
+profiled step in the config's precision then splits forward+backward time between the
+encoder, the attention and the decoder (backward ops are attributed to the forward
+op that created them).
 
   python bench/train.py                         # training/configs/default.yaml
   python bench/train.py --threads 1 --batch-seconds 120
@@ -15,6 +17,7 @@ decoder (backward ops are attributed to the forward op that created them).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -115,7 +118,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, default=ROOT / "training/configs/default.yaml")
     parser.add_argument("--batch-seconds", type=float, help="default: train.max_batch_seconds")
-    parser.add_argument("--steps", type=int, default=3, help="timed steps (after one warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=5, help="timed steps per precision (after one warm-up)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--manifest", type=Path, help="draw utterance lengths from this manifest")
     parser.add_argument(
@@ -141,9 +146,10 @@ def main() -> int:
     )
     audio = float(lens.sum()) / 100
 
-    def step() -> None:
+    def step(precision: str = config.train.precision) -> None:
         optimizer.zero_grad()
-        loss, _ = model.compute_loss(feats, lens, targets, target_lens)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            loss, _ = model.compute_loss(feats, lens, targets, target_lens)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
         optimizer.step()
@@ -156,17 +162,22 @@ def main() -> int:
         f"batch: {len(lens)} utterances, {audio:.1f} s audio (padded {feats.shape[0] * feats.shape[1] / 100:.1f} s), "
         f"{int(target_lens.sum())} tokens, longest {feats.shape[1] / 100:.1f} s / {targets.shape[1]} tokens"
     )
-    step()  # warm-up
-    times = []
+    times: dict[str, list[float]] = {"float32": [], "bfloat16": []}
+    for precision in times:
+        step(precision)  # warm-up
     for _ in range(args.steps):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    mean = sum(times) / len(times)
-    print(
-        f"step: {mean:.2f} s (min {min(times):.2f}) -> {audio / mean:.1f} audio-seconds per second "
-        f"(goal {GOAL:.0f})"
-    )
+        for precision, measured in times.items():
+            started = time.perf_counter()
+            step(precision)
+            measured.append(time.perf_counter() - started)
+    median = {precision: statistics.median(measured) for precision, measured in times.items()}
+    for precision, seconds_per_step in median.items():
+        mark = "  <- train.precision" if precision == config.train.precision else ""
+        print(
+            f"step in {precision:<8}: median {seconds_per_step:.2f} s of {args.steps} -> "
+            f"{audio / seconds_per_step:.1f} audio-seconds per second (goal {GOAL:.0f}){mark}"
+        )
+    print(f"bfloat16 / float32 step time: {median['bfloat16'] / median['float32']:.2f}")
 
     instrument(model)
     parts = shares(step)

@@ -199,6 +199,18 @@ def test_late_peak_keeps_mass_where_clipped_closed_form_loses_it(length):
     assert relative_l1(ours, ref) <= TOL
 
 
+@pytest.mark.usefixtures("scan_backend")
+def test_bfloat16_energies_run_in_float32_under_autocast():
+    """Mixed-precision training hands over bfloat16 energies; the recurrence, a product of
+    T factors (1 - p), still runs in float32 and stays on the reference."""
+    energy, previous = late_peaked(2, 1500)
+    energy = energy.bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = soft_monotonic_alignment(energy, previous)
+    assert ours.dtype == torch.float32
+    assert relative_l1(ours, reference_alignment(energy.float(), previous)) <= TOL
+
+
 def test_previous_dtype_is_cast_and_nothing_renormalised():
     energy = torch.full((1, 5), -20.0)
     previous = torch.tensor([[1.0, 0, 0, 0, 0]], dtype=torch.float64)

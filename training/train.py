@@ -478,15 +478,18 @@ class Trainer:
                 stats["align_loss"] = 0.0
         if batch is not None:
             device = self.ddp.device
-            loss, out = self.model.compute_loss(
-                batch.feats.to(device),
-                batch.feat_lens.to(device),
-                batch.targets.to(device),
-                batch.target_lens.to(device),
-                feature_transform=self.augment,
-                label_smoothing=self.cfg.label_smoothing,
-                normalizer=normalizer,
-            )
+            with torch.autocast(
+                device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bfloat16"
+            ):
+                loss, out = self.model.compute_loss(
+                    batch.feats.to(device),
+                    batch.feat_lens.to(device),
+                    batch.targets.to(device),
+                    batch.target_lens.to(device),
+                    feature_transform=self.augment,
+                    label_smoothing=self.cfg.label_smoothing,
+                    normalizer=normalizer,
+                )
             loss.backward()
             stats = {k: out[k] for k in stats}
         params = [p for p in self.model.parameters() if p.requires_grad]
