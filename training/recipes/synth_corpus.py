@@ -401,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     errors: list[str] = []
-    hours = sum(r["duration"] for r in done.values() if r["id"] in {u.id for u in plan}) / 3600
+    planned = {u.id for u in plan}
+    hours = sum(r["duration"] for r in done.values() if r["id"] in planned) / 3600
     with (
         open(out / JOURNAL, "a", encoding="utf-8") as journal,
         tqdm(
