@@ -176,6 +176,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         sp_type=model["tokenizer"]["model_type"],
         vocab=model["tokenizer"]["vocab_size"],
         valid_decoded=config["train"]["valid_decode_max"],
+        precision=config["train"]["precision"],
         train_utterances=f"{corpus['train_utterances']:,}",
         train_hours=corpus["train_hours"],
         augmented=100 * corpus["augmented"],
@@ -273,7 +274,7 @@ out of training). No test utterance takes part in training or checkpoint choice.
 
 Monotonic: {mono_steps} steps, {mono_epochs} epochs, {mono_minutes} minutes of training;
 softmax baseline: {soft_epochs} epochs, {soft_minutes} minutes (both on one thread
-each, sharing the machine).
+each, sharing the machine, with {precision} matrix products: `train.precision`).
 
 ## Validation during training ({valid_decoded} utterances of the dev split, each epoch)
 
