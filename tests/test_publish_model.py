@@ -48,3 +48,7 @@ def test_status_says_whether_targets_are_reached() -> None:
     assert status(good, training).startswith("It reaches the targets")
     text = status(bad, training)
     assert "does not yet reach" in text and "still falling" in text
+    wobble = [*history, {"epoch": 3, "valid_loss": 1.01}]
+    assert "levelled off" in status(bad, {**training, "history": wobble})
+    rose = [*history, {"epoch": 3, "valid_loss": 1.1}]
+    assert "lowest at epoch 2 and then rose" in status(bad, {**training, "history": rose})

@@ -202,6 +202,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
 
 
 TARGETS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.20}
+RISE = 1.02  # a last validation loss this far above the lowest counts as overfitting
 
 
 def status(evals: dict[str, dict[str, Any]], training: dict[str, Any]) -> str:
@@ -213,12 +214,20 @@ def status(evals: dict[str, dict[str, Any]], training: dict[str, Any]) -> str:
         return f"It reaches the targets (WER {goal})."
     losses = [h for h in training["history"] if "valid_loss" in h]
     lowest = min(losses, key=lambda h: h["valid_loss"])
-    trend = (
-        "its validation loss was still falling, so it is far from converged"
-        if lowest is losses[-1]
-        else f"its validation loss was lowest at epoch {int(lowest['epoch'])} and then rose, "
-        "so the corpus limits it as much as the budget"
-    )
+    last = losses[-1]
+    if lowest is last:
+        trend = "its validation loss was still falling, so it is far from converged"
+    elif last["valid_loss"] > RISE * lowest["valid_loss"]:
+        trend = (
+            f"its validation loss was lowest at epoch {int(lowest['epoch'])} and then rose, "
+            "so the corpus limits it as much as the budget"
+        )
+    else:  # a wobble of the last epochs, not overfitting
+        trend = (
+            f"its validation loss levelled off as the learning rate decayed (lowest "
+            f"{lowest['valid_loss']:.3f} at epoch {int(lowest['epoch'])}, last "
+            f"{last['valid_loss']:.3f}), so the budget limits it"
+        )
     return (
         f"**It does not yet reach the targets (WER {goal})**: it was trained for "
         f"{training['minutes']} minutes of one CPU core, and {trend}."
