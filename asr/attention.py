@@ -76,9 +76,9 @@ def soft_monotonic_alignment(
         mask = mask.to(device=energy.device, dtype=torch.bool)
     # At least float32 even under mixed precision: the recurrence multiplies T factors
     # (1 - p), which bfloat16's 8-bit mantissa cannot carry (DESIGN.md, the numerical trap).
+    # None of its ops is one that autocast lowers, so the cast is all it takes.
     dtype = torch.promote_types(energy.dtype, torch.float32)
-    with torch.autocast(energy.device.type, enabled=False):
-        return _SoftMonotonic.apply(energy.to(dtype), previous.to(dtype), mask)
+    return _SoftMonotonic.apply(energy.to(dtype), previous.to(dtype), mask)
 
 
 def chunkwise_weights(alpha: Tensor, chunk_energy: Tensor, width: int, mask: Tensor) -> Tensor:

@@ -35,7 +35,7 @@ from asr.config import Config  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
 from training.dataset import make_batches  # noqa: E402
 from training.manifest import read_manifest  # noqa: E402
-from training.train import configure_cpu  # noqa: E402
+from training.train import configure_cpu, step_precision  # noqa: E402
 
 GOAL = 60.0
 PARTS = ("attention", "encoder", "decoder")  # innermost label wins (attention is inside decoder)
@@ -148,7 +148,7 @@ def main() -> int:
 
     def step(precision: str = config.train.precision) -> None:
         optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+        with step_precision(precision, "cpu"):
             loss, _ = model.compute_loss(feats, lens, targets, target_lens)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)

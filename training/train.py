@@ -172,6 +172,11 @@ def configure_cpu(threads: int) -> None:
     torch.set_flush_denormal(True)
 
 
+def step_precision(precision: str, device_type: str) -> torch.autocast:
+    """The autocast context a training step's forward runs under (train.precision)."""
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
+
+
 def lr_factor(
     step: int, warmup: int, total: int, final_ratio: float, time_progress: float = 0.0
 ) -> float:
@@ -478,9 +483,7 @@ class Trainer:
                 stats["align_loss"] = 0.0
         if batch is not None:
             device = self.ddp.device
-            with torch.autocast(
-                device.type, dtype=torch.bfloat16, enabled=self.cfg.precision == "bfloat16"
-            ):
+            with step_precision(self.cfg.precision, device.type):
                 loss, out = self.model.compute_loss(
                     batch.feats.to(device),
                     batch.feat_lens.to(device),
