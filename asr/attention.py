@@ -186,8 +186,22 @@ class Attention(nn.Module):
     def soft(
         self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """(context [B, D], alignment for the next step [B, T], attention weights [B, T])."""
+        """One step: (context [B, D], alignment for the next step [B, T], weights [B, T])."""
+        context, alignment, weights = self.soft_steps(
+            query.unsqueeze(1), memory, keys, mask, previous
+        )
+        return context[:, 0], alignment[:, 0], weights[:, 0]
+
+    def soft_steps(
+        self, queries: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """U steps whose queries [B, U, Q] are known up front: contexts [B, U, D], alignments
+        and weights [B, U, T]. ``previous`` is the alignment before the first of them."""
         raise NotImplementedError
+
+    def _energies(self, energy: AdditiveEnergy, queries: Tensor, keys: Tensor) -> Tensor:
+        """Energies [B, U, T] of every query [B, U, Q] against every key [B, T, A]."""
+        return energy.score(energy.query(queries).unsqueeze(2), keys.unsqueeze(1))
 
     def _noisy(self, energy: Tensor) -> Tensor:
         if self.training and self.cfg.noise_std > 0:
@@ -202,13 +216,20 @@ class MonotonicAttention(Attention):
         super().__init__(query_dim, memory_dim, cfg)
         self.energy = MonotonicEnergy(query_dim, memory_dim, cfg.dim, cfg.init_r, cfg.init_g)
 
-    def soft(
-        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    def soft_steps(
+        self, queries: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        e = self.energy.score(self.energy.query(query).unsqueeze(1), keys)
-        alpha = soft_monotonic_alignment(self._noisy(e), previous, mask)
-        context = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1)
-        return context, alpha, alpha
+        alpha = self._monotonic(queries, keys, mask, previous)
+        return torch.bmm(alpha, memory), alpha, alpha
+
+    def _monotonic(self, queries: Tensor, keys: Tensor, mask: Tensor, previous: Tensor) -> Tensor:
+        """Soft monotonic alignments [B, U, T]: all energies at once, then the recurrence over i."""
+        energies = self._noisy(self._energies(self.energy, queries, keys))
+        alignments = []
+        for i in range(queries.shape[1]):
+            previous = soft_monotonic_alignment(energies[:, i], previous, mask)
+            alignments.append(previous)
+        return torch.stack(alignments, 1)
 
     def scan(self, query: Tensor, keys: Tensor, position: Tensor, available: int) -> HardScan:
         """Hard monotonic scan for N hypotheses over one stream's memory.
@@ -265,16 +286,14 @@ class ChunkwiseAttention(MonotonicAttention):
     def _split(self, keys: Tensor) -> tuple[Tensor, Tensor]:
         return keys[..., : self.cfg.dim], keys[..., self.cfg.dim :]
 
-    def soft(
-        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    def soft_steps(
+        self, queries: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         mono_keys, chunk_keys = self._split(keys)
-        e = self.energy.score(self.energy.query(query).unsqueeze(1), mono_keys)
-        alpha = soft_monotonic_alignment(self._noisy(e), previous, mask)
-        u = self.chunk_energy.score(self.chunk_energy.query(query).unsqueeze(1), chunk_keys)
-        weights = chunkwise_weights(alpha, u, self.cfg.chunk_width, mask)
-        context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
-        return context, alpha, weights
+        alpha = self._monotonic(queries, mono_keys, mask, previous)
+        u = self._energies(self.chunk_energy, queries, chunk_keys)
+        weights = chunkwise_weights(alpha, u, self.cfg.chunk_width, mask.unsqueeze(1))
+        return torch.bmm(weights, memory), alpha, weights
 
     def scan(self, query: Tensor, keys: Tensor, position: Tensor, available: int) -> HardScan:
         return super().scan(query, self._split(keys)[0], position, available)
@@ -310,13 +329,12 @@ class SoftmaxAttention(Attention):
         super().__init__(query_dim, memory_dim, cfg)
         self.energy = AdditiveEnergy(query_dim, memory_dim, cfg.dim)
 
-    def soft(
-        self, query: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
+    def soft_steps(
+        self, queries: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        e = self.energy.score(self.energy.query(query).unsqueeze(1), keys)
-        weights = torch.softmax(e.masked_fill(~mask, -math.inf), dim=-1)
-        context = torch.bmm(weights.unsqueeze(1), memory).squeeze(1)
-        return context, weights, weights
+        e = self._energies(self.energy, queries, keys)
+        weights = torch.softmax(e.masked_fill(~mask.unsqueeze(1), -math.inf), dim=-1)
+        return torch.bmm(weights, memory), weights, weights
 
     def full_context(self, query: Tensor, memory: Tensor, keys: Tensor) -> Tensor:
         """Context for N queries [N, Q] over one stream's complete memory [T, D]."""

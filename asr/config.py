@@ -61,6 +61,11 @@ class DecoderConfig:
     units: int = 256
     layers: int = 1
     dropout: float = 0.1
+    # Feed the last context c(i-1) into the LSTM with the last token (Bahdanau's input
+    # feeding). Off, the LSTM sees tokens only, so training runs it over the whole target
+    # at once and computes every step's attention energies in one batch: only the
+    # alignment recurrence stays a loop over output steps.
+    context_feedback: bool = True
 
 
 @dataclass

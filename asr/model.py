@@ -168,7 +168,8 @@ class DecoderState:
 
 
 class Decoder(nn.Module):
-    """LSTM decoder: s(i) = LSTM([embed(y(i-1)); c(i-1)], s(i-1)); attention with query s(i)."""
+    """LSTM decoder: s(i) = LSTM([embed(y(i-1)); c(i-1)], s(i-1)) (without c(i-1) when
+    ``context_feedback`` is off); attention with query s(i)."""
 
     def __init__(
         self, cfg: DecoderConfig, model_cfg: ModelConfig, vocab_size: int, memory_dim: int
@@ -176,10 +177,10 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.memory_dim = memory_dim
+        self._input_dim = cfg.embed_dim + (memory_dim if cfg.context_feedback else 0)
         self.embed = nn.Embedding(vocab_size, cfg.embed_dim)
         self.cells = nn.ModuleList(
-            nn.LSTMCell((cfg.embed_dim + memory_dim) if i == 0 else cfg.units, cfg.units)
-            for i in range(cfg.layers)
+            nn.LSTMCell(cfg.units if i else self._input_dim, cfg.units) for i in range(cfg.layers)
         )
         self.attention = build_attention(cfg.units, memory_dim, model_cfg.attention)
         self.hidden = nn.Linear(cfg.units + memory_dim, cfg.embed_dim)
@@ -197,8 +198,10 @@ class Decoder(nn.Module):
         )
 
     def query(self, state: DecoderState) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Advance the LSTM by the previous token and context: (query, new h, new c)."""
-        x = torch.cat([self.embed(state.token), state.context], dim=-1)
+        """Advance the LSTM by the previous token (and context, with feedback): (query, new h, new c)."""
+        x = self.embed(state.token)
+        if self.cfg.context_feedback:
+            x = torch.cat([x, state.context], dim=-1)
         hs, cs = [], []
         for i, cell in enumerate(self.cells):
             h, c = cell(self.dropout(x) if i > 0 else x, (state.h[i], state.c[i]))
@@ -227,6 +230,13 @@ class Decoder(nn.Module):
         full_precision = torch.autocast(memory.device.type, enabled=False)
         with full_precision:
             keys = self.attention.keys(memory)
+        if not self.cfg.context_feedback:
+            queries = self._sequence_queries(tokens_in)
+            with full_precision:
+                contexts, alignments, weights = self.attention.soft_steps(
+                    queries.float(), memory, keys, mask, initial_alignment(mask)
+                )
+            return self.logits(queries, contexts), weights, alignments
         state = self.initial_state(batch)
         alignment = initial_alignment(mask)
         all_logits, all_weights, all_alignments = [], [], []
@@ -246,6 +256,26 @@ class Decoder(nn.Module):
             torch.stack(all_weights, 1),
             torch.stack(all_alignments, 1),
         )
+
+    def _sequence_queries(self, tokens_in: Tensor) -> Tensor:
+        """Queries [B, U, H] for all steps at once: the cells' own weights, run as one
+        sequence LSTM per layer (the same recurrence ``query`` steps through)."""
+        x = self.embed(tokens_in)
+        zeros = x.new_zeros(1, x.shape[0], self.cfg.units)
+        for i, cell in enumerate(self.cells):
+            weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+            x, _, _ = torch.lstm(
+                self.dropout(x) if i > 0 else x,
+                (zeros, zeros),
+                weights,
+                True,  # has biases
+                1,  # layers
+                0.0,  # dropout
+                self.training,
+                False,  # bidirectional
+                True,  # batch first
+            )
+        return x
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """Training throughput of a config on this machine, in audio-seconds per wall-second.
 
 Runs full training steps (forward, backward, clipping, optimizer) of the model
-on synthetic batches: random features with utterance lengths drawn like a
+on a synthetic batch: random features with utterance lengths drawn like a
 speech corpus (1.5-8 s) and --tokens-per-second targets (7.7: the synthetic corpus with
-the default 256-piece vocabulary). Steps in float32 and in bfloat16 autocast
-(train.precision) alternate, so both medians come from the same machine load. A
-profiled step in the config's precision then splits forward+backward time between the
-encoder, the attention and the decoder (backward ops are attributed to the forward
-op that created them).
+the default 256-piece vocabulary); of the bucketed batches over those lengths it takes
+the one of median duration, a typical batch. Steps of three variants alternate, so every
+median comes from the same machine load: the config as it is, the other precision
+(float32 / bfloat16 autocast, train.precision) and the other decoder input (with /
+without context feedback, decoder.context_feedback). A profiled step of the config then
+splits forward+backward time between the encoder, the attention and the decoder
+(backward ops are attributed to the forward op that created them).
 
   python bench/train.py                         # training/configs/default.yaml
   python bench/train.py --threads 1 --batch-seconds 120
@@ -17,6 +19,7 @@ op that created them).
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -49,13 +52,15 @@ def synthetic_batch(
     generator: torch.Generator,
     durations: list[float] | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """The fullest bucketed batch of make_batches over a pool of utterance lengths: ``durations``
-    (seconds, e.g. a manifest's), or 400 drawn uniformly from 1.5-8 s."""
+    """The bucketed batch of median duration (its longest utterance) of make_batches over a
+    pool of utterance lengths: ``durations`` (seconds, e.g. a manifest's), or 400 drawn
+    uniformly from 1.5-8 s."""
     if durations is None:
         durations = (torch.rand(400, generator=generator) * 6.5 + 1.5).tolist()
     frames = [int(d * 100) for d in durations]  # frames at 10 ms
     batch = make_batches(frames, int(seconds * 100), seed=0, epoch=0, shuffle=False)
-    chosen = max(batch, key=lambda b: sum(frames[i] for i in b))
+    batch.sort(key=lambda b: max(frames[i] for i in b))
+    chosen = batch[len(batch) // 2]
     lens = torch.tensor([frames[i] for i in chosen])
     feats = torch.randn(
         len(chosen), int(lens.max()), config.model.features.num_mel_bins, generator=generator
@@ -77,7 +82,7 @@ def labelled(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def instrument(model: Seq2Seq) -> None:
     """Wrap the parts in profiler ranges (instance attributes; the classes stay untouched)."""
     attention = model.decoder.attention
-    attention.soft = labelled("attention", attention.soft)  # type: ignore[method-assign]
+    attention.soft_steps = labelled("attention", attention.soft_steps)  # type: ignore[method-assign]
     attention.keys = labelled("attention", attention.keys)  # type: ignore[method-assign]
     model.decoder.teacher_forced = labelled("decoder", model.decoder.teacher_forced)  # type: ignore[method-assign]
     model.encoder.forward = labelled("encoder", model.encoder.forward)  # type: ignore[method-assign]
@@ -119,7 +124,7 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=ROOT / "training/configs/default.yaml")
     parser.add_argument("--batch-seconds", type=float, help="default: train.max_batch_seconds")
     parser.add_argument(
-        "--steps", type=int, default=5, help="timed steps per precision (after one warm-up)"
+        "--steps", type=int, default=5, help="timed steps per variant (after one warm-up)"
     )
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--manifest", type=Path, help="draw utterance lengths from this manifest")
@@ -131,10 +136,6 @@ def main() -> int:
     configure_cpu(args.threads)
     config = Config.load(args.config)
     vocab = config.model.tokenizer.vocab_size
-    torch.manual_seed(0)
-    model = Seq2Seq(config.model, vocab)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     seconds = args.batch_seconds or config.train.max_batch_seconds
     feats, lens, targets, target_lens = synthetic_batch(
         config,
@@ -146,14 +147,37 @@ def main() -> int:
     )
     audio = float(lens.sum()) / 100
 
-    def step(precision: str = config.train.precision) -> None:
-        optimizer.zero_grad()
-        with step_precision(precision, "cpu"):
-            loss, _ = model.compute_loss(feats, lens, targets, target_lens)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
-        optimizer.step()
+    def training_step(feedback: bool, precision: str) -> tuple[Seq2Seq, Callable[[], None]]:
+        """A model of the config (with this decoder input) and one step of it in ``precision``."""
+        model_cfg = copy.deepcopy(config.model)
+        model_cfg.decoder.context_feedback = feedback
+        torch.manual_seed(0)
+        model = Seq2Seq(model_cfg, vocab)
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
+        def step() -> None:
+            optimizer.zero_grad()
+            with step_precision(precision, "cpu"):
+                loss, _ = model.compute_loss(feats, lens, targets, target_lens)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
+            optimizer.step()
+
+        return model, step
+
+    precision, feedback = config.train.precision, config.model.decoder.context_feedback
+    other_precision = "float32" if precision == "bfloat16" else "bfloat16"
+    variants = {
+        f"the config ({precision}, context feedback {'on' if feedback else 'off'})": (
+            feedback,
+            precision,
+        ),
+        f"{other_precision} instead": (feedback, other_precision),
+        f"context feedback {'off' if feedback else 'on'} instead": (not feedback, precision),
+    }
+    steps = {label: training_step(*variant) for label, variant in variants.items()}
+    model, config_step = next(iter(steps.values()))
     print(
         f"config {args.config.name}: {model.num_parameters() / 1e6:.2f}M parameters, "
         f"{args.threads} thread(s), ctc_weight {config.model.ctc_weight}"
@@ -162,25 +186,25 @@ def main() -> int:
         f"batch: {len(lens)} utterances, {audio:.1f} s audio (padded {feats.shape[0] * feats.shape[1] / 100:.1f} s), "
         f"{int(target_lens.sum())} tokens, longest {feats.shape[1] / 100:.1f} s / {targets.shape[1]} tokens"
     )
-    times: dict[str, list[float]] = {"float32": [], "bfloat16": []}
-    for precision in times:
-        step(precision)  # warm-up
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for _, step in steps.values():
+        step()  # warm-up
     for _ in range(args.steps):
-        for precision, measured in times.items():
+        for label, (_, step) in steps.items():
             started = time.perf_counter()
-            step(precision)
-            measured.append(time.perf_counter() - started)
-    median = {precision: statistics.median(measured) for precision, measured in times.items()}
-    for precision, seconds_per_step in median.items():
-        mark = "  <- train.precision" if precision == config.train.precision else ""
+            step()
+            times[label].append(time.perf_counter() - started)
+    median = {label: statistics.median(measured) for label, measured in times.items()}
+    reference = next(iter(median.values()))
+    for label, seconds_per_step in median.items():
         print(
-            f"step in {precision:<8}: median {seconds_per_step:.2f} s of {args.steps} -> "
-            f"{audio / seconds_per_step:.1f} audio-seconds per second (goal {GOAL:.0f}){mark}"
+            f"{label:<45}: median step {seconds_per_step:.2f} s of {args.steps} -> "
+            f"{audio / seconds_per_step:6.1f} audio-seconds per second (goal {GOAL:.0f}), "
+            f"{seconds_per_step / reference:.2f} x the config's step time"
         )
-    print(f"bfloat16 / float32 step time: {median['bfloat16'] / median['float32']:.2f}")
 
     instrument(model)
-    parts = shares(step)
+    parts = shares(config_step)
     total = sum(parts.values())
     print("time share of one profiled step (forward + backward):")
     for name in ("encoder", "attention", "decoder", "other"):

@@ -16,7 +16,8 @@ from asr.bundle import load_model
 from asr.config import Config
 from asr.decoding import SegmentSearch, decode_batch, drain
 from asr.features import Fbank
-from asr.model import EOS_ID, Seq2Seq
+from asr.attention import initial_alignment
+from asr.model import EOS_ID, DecoderState, Seq2Seq
 
 
 def random_model(kind: str, **decode: object) -> tuple[Seq2Seq, Config]:
@@ -168,3 +169,44 @@ def test_bad_decode_settings_are_refused() -> None:
         setattr(bad.decode, field, 0)
         with pytest.raises(ValueError, match=field):
             SegmentSearch(model, bad.decode)
+
+
+@pytest.mark.parametrize("kind", ["monotonic", "chunkwise", "softmax"])
+def test_teacher_forcing_without_context_feedback_steps_like_the_search(kind: str) -> None:
+    """Without context feedback training runs the decoder LSTM over the whole target and
+    every step's energies at once; logits and weight gradients must equal stepping through
+    ``query`` and ``soft`` one token at a time, as the search does."""
+    data = Config().to_dict()
+    data["model"]["decoder"].update(units=64, embed_dim=32, layers=2, context_feedback=False)
+    data["model"]["attention"].update(kind=kind, dim=32, init_r=0.0)
+    torch.manual_seed(0)
+    decoder = Seq2Seq(Config.from_dict(data).model, 40).eval().decoder
+    batch, states, steps = 3, 30, 7
+    memory = torch.randn(batch, states, 256).tanh()
+    mask = torch.arange(states)[None] < torch.tensor([30, 21, 9])[:, None]
+    tokens = torch.randint(3, 40, (batch, steps))
+    probe = torch.randn(batch, steps, 40)
+
+    def gradients(logits: torch.Tensor) -> list[torch.Tensor]:
+        decoder.zero_grad()
+        (logits * probe).sum().backward()
+        return [p.grad.clone() for p in decoder.parameters()]
+
+    parallel, _, alignments = decoder.teacher_forced(memory, mask, tokens)
+    parallel_grads = gradients(parallel)
+
+    keys = decoder.attention.keys(memory)
+    state, alignment = decoder.initial_state(batch), initial_alignment(mask)
+    stepped, stepped_alignments = [], []
+    for i in range(steps):
+        state = DecoderState(state.h, state.c, tokens[:, i], state.context)
+        query, hs, cs = decoder.query(state)
+        context, alignment, _ = decoder.attention.soft(query, memory, keys, mask, alignment)
+        stepped.append(decoder.logits(query, context))
+        stepped_alignments.append(alignment)
+        state = DecoderState(hs, cs, state.token, context)
+    stepped_logits = torch.stack(stepped, 1)
+    assert torch.allclose(parallel, stepped_logits, atol=1e-5)
+    assert torch.allclose(alignments, torch.stack(stepped_alignments, 1), atol=1e-6)
+    for a, b in zip(parallel_grads, gradients(stepped_logits)):
+        assert torch.allclose(a, b, atol=1e-4)

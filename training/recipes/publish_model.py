@@ -167,6 +167,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         state_ms=math.prod(enc["reductions"]) * model["features"]["frame_shift_ms"],
         dec_layers=dec["layers"],
         dec_units=dec["units"],
+        feedback="fed its last context" if dec["context_feedback"] else "fed tokens only",
         kind=att["kind"],
         att_dim=att["dim"],
         init_r=att["init_r"],
@@ -258,7 +259,7 @@ same machine. Every figure above is `asr eval` output, gathered by
 
 Unidirectional {enc_layers} x {enc_units} LSTM encoder with a {reduction}x time pyramid
 (reductions {reductions}: one state per {state_ms} ms), {dec_layers}-layer {dec_units}-unit LSTM
-decoder, {kind} attention (dim {att_dim}, r = {init_r}, pre-sigmoid noise {noise}), auxiliary
+decoder {feedback}, {kind} attention (dim {att_dim}, r = {init_r}, pre-sigmoid noise {noise}), auxiliary
 CTC (weight {ctc}) whose confident Viterbi spikes guide each token's monotonic boundary
 during training (CTC-synchronous training, weight {align}), sentencepiece {sp_type}
 vocabulary of {vocab}. Configuration: `config.json` (training/configs/default.yaml).
