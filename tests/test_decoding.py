@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from asr.attention import initial_alignment
 from asr.audio import load_audio
 from asr.bundle import load_model
 from asr.config import Config
 from asr.decoding import SegmentSearch, decode_batch, drain
 from asr.features import Fbank
-from asr.attention import initial_alignment
 from asr.model import EOS_ID, DecoderState, Seq2Seq
 
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 DATA=${DATA:-data/synth}
 EXP=${EXP:-exp}
-MINUTES=${MINUTES:-80}
+MINUTES=${MINUTES:-75}
 
 python -m training.recipes.synth_corpus --out "$DATA" --hours 24 --seed 0 --jobs 2 --aug-prob 0.8 \
   --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4
