@@ -125,6 +125,10 @@ class AdditiveEnergy(nn.Module):
         """Energies for projected query [..., A] against projected keys [..., A] (broadcast)."""
         return torch.tanh(query + keys) @ self.v
 
+    def grid(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Energies [B, U, T] of every decoder state [B, U, Q] against every projected key [B, T, A]."""
+        return self.score(self.query(queries).unsqueeze(2), keys.unsqueeze(1))
+
 
 class MonotonicEnergy(AdditiveEnergy):
     """Raffel et al.'s energy ``g * v/||v|| . tanh(W s + V h + b) + r``.
@@ -199,10 +203,6 @@ class Attention(nn.Module):
         and weights [B, U, T]. ``previous`` is the alignment before the first of them."""
         raise NotImplementedError
 
-    def _energies(self, energy: AdditiveEnergy, queries: Tensor, keys: Tensor) -> Tensor:
-        """Energies [B, U, T] of every query [B, U, Q] against every key [B, T, A]."""
-        return energy.score(energy.query(queries).unsqueeze(2), keys.unsqueeze(1))
-
     def _noisy(self, energy: Tensor) -> Tensor:
         if self.training and self.cfg.noise_std > 0:
             return energy + torch.randn_like(energy) * self.cfg.noise_std
@@ -224,7 +224,7 @@ class MonotonicAttention(Attention):
 
     def _monotonic(self, queries: Tensor, keys: Tensor, mask: Tensor, previous: Tensor) -> Tensor:
         """Soft monotonic alignments [B, U, T]: all energies at once, then the recurrence over i."""
-        energies = self._noisy(self._energies(self.energy, queries, keys))
+        energies = self._noisy(self.energy.grid(queries, keys))
         alignments = []
         for i in range(queries.shape[1]):
             previous = soft_monotonic_alignment(energies[:, i], previous, mask)
@@ -291,7 +291,7 @@ class ChunkwiseAttention(MonotonicAttention):
     ) -> tuple[Tensor, Tensor, Tensor]:
         mono_keys, chunk_keys = self._split(keys)
         alpha = self._monotonic(queries, mono_keys, mask, previous)
-        u = self._energies(self.chunk_energy, queries, chunk_keys)
+        u = self.chunk_energy.grid(queries, chunk_keys)
         weights = chunkwise_weights(alpha, u, self.cfg.chunk_width, mask.unsqueeze(1))
         return torch.bmm(weights, memory), alpha, weights
 
@@ -332,7 +332,7 @@ class SoftmaxAttention(Attention):
     def soft_steps(
         self, queries: Tensor, memory: Tensor, keys: Tensor, mask: Tensor, previous: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
-        e = self._energies(self.energy, queries, keys)
+        e = self.energy.grid(queries, keys)
         weights = torch.softmax(e.masked_fill(~mask.unsqueeze(1), -math.inf), dim=-1)
         return torch.bmm(weights, memory), weights, weights
 

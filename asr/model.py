@@ -177,10 +177,10 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.memory_dim = memory_dim
-        self._input_dim = cfg.embed_dim + (memory_dim if cfg.context_feedback else 0)
+        input_dim = cfg.embed_dim + (memory_dim if cfg.context_feedback else 0)
         self.embed = nn.Embedding(vocab_size, cfg.embed_dim)
         self.cells = nn.ModuleList(
-            nn.LSTMCell(cfg.units if i else self._input_dim, cfg.units) for i in range(cfg.layers)
+            nn.LSTMCell(cfg.units if i else input_dim, cfg.units) for i in range(cfg.layers)
         )
         self.attention = build_attention(cfg.units, memory_dim, model_cfg.attention)
         self.hidden = nn.Linear(cfg.units + memory_dim, cfg.embed_dim)
