@@ -120,8 +120,12 @@ class Distributed:
             dist.init_process_group(backend, timeout=timedelta(hours=4))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self.world > 1:
+            # Tear down together: a rank that destroyed its group while rank 0 was still
+            # writing the bundle once died with SIGABRT in gloo (CI, 1 run in many).
+            if exc_type is None:
+                dist.barrier()
             dist.destroy_process_group()
 
     @property
