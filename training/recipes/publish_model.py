@@ -306,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, required=True, help="the softmax run directory")
     parser.add_argument("--data", type=Path, required=True, help="corpus with the test manifests")
     parser.add_argument("--out", type=Path, default=REPO / "models" / "default")
-    parser.add_argument("--sample", type=int, default=12, help="held-out files per split to ship")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=12,
+        help="held-out files per split to ship under tests/data/heldout (0: leave it alone)",
+    )
     parser.add_argument("--sample-max-seconds", type=float, default=4.0)
     args = parser.parse_args(argv)
 
@@ -322,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     weights = args.out / "model.safetensors"
     metrics["megabytes"] = weights.stat().st_size / 1e6
     metrics["parameters"] = load_model(args.out).model.num_parameters()
-    metrics["sample"] = ship_sample(args.data, args.sample, args.sample_max_seconds)
+    if args.sample:
+        metrics["sample"] = ship_sample(args.data, args.sample, args.sample_max_seconds)
     metrics["corpus"] = corpus_facts(args.data)
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_card(args.out, metrics)
