@@ -89,6 +89,10 @@ class ModelConfig:
     # boundary onto the state where CTC's best path emits it (CTC-synchronous training).
     alignment_weight: float = 0.0
     alignment_window: int = 1  # states either side of the CTC position that count as a hit
+    # States after the CTC spike that each boundary is trained towards: each one costs a
+    # state of latency (40 ms in the default model) and lets the token see that much more
+    # of its word through the unidirectional encoder.
+    alignment_delay: int = 0
     # Only CTC spikes at least this probable guide the attention: early in training the CTC
     # path is arbitrary, and following it would only hold the attention back.
     alignment_min_posterior: float = 0.5

@@ -298,8 +298,10 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if vocab_size < 4:
             raise ValueError(f"vocab_size must be at least 4 (3 specials + 1), got {vocab_size}")
-        if cfg.alignment_weight < 0 or cfg.alignment_window < 0:
-            raise ValueError("model.alignment_weight and model.alignment_window must be >= 0")
+        if min(cfg.alignment_weight, cfg.alignment_window, cfg.alignment_delay) < 0:
+            raise ValueError(
+                "model.alignment_weight, alignment_window and alignment_delay must be >= 0"
+            )
         if not 0 <= cfg.alignment_min_posterior <= 1:
             raise ValueError("model.alignment_min_posterior must be in [0, 1]")
         if cfg.alignment_weight > 0 and cfg.ctc_weight <= 0:
@@ -423,7 +425,10 @@ class Seq2Seq(nn.Module):
                     targets,
                 )
                 align_loss = (
-                    self._alignment_loss(out.alignments, positions, target_lens) / ctc_tokens
+                    self._alignment_loss(
+                        out.alignments, self._delayed(positions, out.memory_lengths), target_lens
+                    )
+                    / ctc_tokens
                 )
                 stats["align_loss"] = float(align_loss.detach())
                 loss = loss + self.cfg.alignment_weight * align_loss
@@ -437,6 +442,14 @@ class Seq2Seq(nn.Module):
         posterior = log_probs[rows, frames, targets].exp()
         keep = (positions >= 0) & (posterior >= self.cfg.alignment_min_posterior)
         return torch.where(keep, positions, -1)
+
+    def _delayed(self, positions: Tensor, lengths: Tensor) -> Tensor:
+        """Boundary targets alignment_delay states after the CTC spikes, within each utterance."""
+        if self.cfg.alignment_delay == 0:
+            return positions
+        last = (lengths - 1).unsqueeze(1).to(positions.device)
+        delayed = torch.minimum(positions + self.cfg.alignment_delay, last)
+        return torch.where(positions >= 0, delayed, positions)
 
     def _alignment_loss(self, alignments: Tensor, positions: Tensor, target_lens: Tensor) -> Tensor:
         """CTC-synchronous loss, summed over tokens: -log of each token's boundary mass near its

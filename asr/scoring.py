@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -98,6 +99,54 @@ def _count(refs: list[str], hyps: list[str], chars: bool = False) -> tuple[Error
         out.substitutions + out.deletions + out.hits,
     )
     return total, per_utt
+
+
+# Lower edges of the bands of errors_by_frequency: never seen, 1-4, 5-49, 50-499, 500+.
+FREQUENCY_BANDS = (0, 1, 5, 50, 500)
+
+
+def _band_name(index: int) -> str:
+    low = FREQUENCY_BANDS[index]
+    if index + 1 == len(FREQUENCY_BANDS):
+        return f"{low}+"
+    high = FREQUENCY_BANDS[index + 1] - 1
+    return str(low) if high == low else f"{low}-{high}"
+
+
+def errors_by_frequency(
+    refs: list[str], hyps: list[str], counts: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """Reference words grouped by how often they occur in the training text (``counts``):
+    per band its share of the reference and the fraction of its words substituted or deleted.
+
+    It separates a model that has not learnt to spell what it hears (errors even on
+    frequent words) from one that only misses words it has rarely or never seen.
+    Insertions belong to no reference word, so the bands' rates leave them out.
+    """
+    out = jiwer.process_words(
+        [" ".join(r.split()) for r in refs], [" ".join(h.split()) for h in hyps]
+    )
+    words = [0] * len(FREQUENCY_BANDS)
+    errors = [0] * len(FREQUENCY_BANDS)
+    for ref, chunks in zip(out.references, out.alignments, strict=True):
+        for c in chunks:
+            if c.type == "insert":
+                continue
+            for word in ref[c.ref_start_idx : c.ref_end_idx]:
+                band = sum(counts.get(word, 0) >= low for low in FREQUENCY_BANDS) - 1
+                words[band] += 1
+                errors[band] += c.type != "equal"
+    total = max(sum(words), 1)
+    return [
+        {
+            "band": _band_name(i),
+            "words": words[i],
+            "share": words[i] / total,
+            "errors": errors[i],
+            "rate": errors[i] / words[i] if words[i] else 0.0,
+        }
+        for i in range(len(FREQUENCY_BANDS))
+    ]
 
 
 def wer(refs: list[str], hyps: list[str]) -> ErrorCounts:

@@ -101,3 +101,21 @@ def test_every_utterance_of_a_padded_batch_gets_its_end_term(model: Seq2Seq) -> 
         torch.tensor([long, short]), torch.tensor([[1, 3], [2, -1]]), torch.tensor([2, 1])
     )
     assert float(loss) == pytest.approx(-torch.log(torch.tensor(0.75)).item(), rel=1e-5)
+
+
+def test_delayed_boundaries_move_later_and_stay_inside_the_utterance() -> None:
+    """alignment_delay trains each boundary that many states after its CTC spike, clamped
+    to the utterance's last state; unaligned tokens stay unaligned."""
+    delayed = Seq2Seq(
+        ModelConfig(ctc_weight=0.5, alignment_weight=1.0, alignment_window=0, alignment_delay=2),
+        8,
+    )
+    positions = torch.tensor([[0, 3, -1], [1, 2, 4]])
+    targets = delayed._delayed(positions, torch.tensor([5, 7]))
+    assert targets.tolist() == [[2, 4, -1], [3, 4, 6]]
+    # The alignment the delayed model is trained towards costs nothing under its loss.
+    on_target = alignment_rows([[0, 0, 1, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]])
+    loss = delayed._alignment_loss(on_target, targets[:1, :2], torch.tensor([2]))
+    assert float(loss) == pytest.approx(0, abs=1e-5)
+    with pytest.raises(ValueError, match="alignment_delay"):
+        Seq2Seq(ModelConfig(ctc_weight=0.5, alignment_weight=1.0, alignment_delay=-1), 8)

@@ -53,6 +53,18 @@ def test_eval_writes_results_summary_and_plot(
     assert main([*args, "--plot", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
 
+    # The same manifest as training text: every reference word was seen at least once.
+    assert main([*args, "--train-manifest", str(manifest)]) == 0
+    assert "times in training text" in capsys.readouterr().out
+    bands = json.loads((out / "summary.json").read_text())["by_train_frequency"]
+    assert [b["band"] for b in bands] == ["0", "1-4", "5-49", "50-499", "500+"]
+    assert bands[0]["words"] == 0
+    assert sum(b["words"] for b in bands) == summary["wer"]["reference_length"]
+    deleted_or_substituted = summary["wer"]["errors"] - summary["wer"]["insertions"]
+    assert sum(b["errors"] for b in bands) == deleted_or_substituted
+    assert main([*args, "--train-manifest", str(manifest), "--phones"]) == 2
+    assert "--phones" in capsys.readouterr().err
+
 
 def test_phone_scoring_folds_to_39(tiny_bundle: Path, speech_dir: Path) -> None:
     recognizer = load_model(tiny_bundle)

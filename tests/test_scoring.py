@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from asr.scoring import cer, fold_phones, per, score, score_file, timit_folding, wer
+from asr.scoring import (
+    cer,
+    errors_by_frequency,
+    fold_phones,
+    per,
+    score,
+    score_file,
+    timit_folding,
+    wer,
+)
 
 
 def test_wer_is_corpus_level() -> None:
@@ -68,3 +77,19 @@ def test_score_records_and_file(tmp_path: Path) -> None:
     path = tmp_path / "hyps.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert score_file(path, phones=True)["per"]["errors"] == 0
+
+
+def test_errors_by_frequency_bands_reference_words_by_training_count() -> None:
+    """Substituted and deleted reference words count against their band; insertions do not."""
+    counts = {"the": 900, "cat": 60, "sat": 7, "mat": 2}
+    refs = ["the cat sat on the mat", "the cat"]
+    hyps = ["the cat sad on a mat extra", "the"]
+    bands = {b["band"]: b for b in errors_by_frequency(refs, hyps, counts)}
+    assert list(bands) == ["0", "1-4", "5-49", "50-499", "500+"]
+    assert (bands["0"]["words"], bands["0"]["errors"]) == (1, 0)  # "on": never seen, right
+    assert (bands["1-4"]["words"], bands["1-4"]["errors"]) == (1, 0)  # "mat"
+    assert (bands["5-49"]["words"], bands["5-49"]["errors"]) == (1, 1)  # "sat" -> "sad"
+    assert (bands["50-499"]["words"], bands["50-499"]["errors"]) == (2, 1)  # "cat" deleted once
+    assert (bands["500+"]["words"], bands["500+"]["errors"]) == (3, 1)  # "the" -> "a"
+    assert bands["500+"]["rate"] == pytest.approx(1 / 3)
+    assert sum(b["share"] for b in bands.values()) == pytest.approx(1)

@@ -4,12 +4,16 @@ Every utterance is decoded through the recognizer's offline path (a streaming
 session fed the whole file), so the figures are those streaming gives.
 Writes OUT/results.jsonl (id, ref, hyp, errors), OUT/summary.json and, for
 each --plot id, OUT/<id>.png: the teacher-forced soft alignment with the hard
-monotonic path of greedy decoding drawn over it.
+monotonic path of greedy decoding drawn over it. With --train-manifest the summary
+also splits the reference words by how often they occur in that training text
+(never, 1-4, 5-49, 50-499, 500+ times) with the error rate of each band.
 
 Examples:
   asr eval --model models/default --manifest data/test.jsonl --out exp/eval
   asr eval --model exp/timit/bundle --manifest data/timit/test.jsonl --phones
   asr eval --model models/default --manifest data/test.jsonl --plot utt001 utt002 --beam 4
+  asr eval --model models/default --manifest data/synth/test_seen_voices.jsonl \
+      --train-manifest data/synth/train.jsonl
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +34,7 @@ from asr.bundle import load_model
 from asr.decoding import decode_batch
 from asr.features import Fbank
 from asr.recognizer import Recognizer
-from asr.scoring import score
+from asr.scoring import errors_by_frequency, score
 from training.dataset import entry_audio
 from training.manifest import Entry, read_manifest
 from training.plots import plot_alignment
@@ -46,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
     )
+    parser.add_argument(
+        "--train-manifest",
+        type=Path,
+        help="the model's training manifest: also score words by their frequency in its text",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         if args.beam < 1:
             raise ValueError(f"--beam must be >= 1, got {args.beam}")
         recognizer.config.decode.beam_size = args.beam
+    if args.train_manifest and args.phones:
+        raise ValueError(
+            "--train-manifest scores words by frequency; it does not apply to --phones"
+        )
     entries, _ = read_manifest(args.manifest)
     if not entries:
         raise ValueError(f"{args.manifest}: no usable utterances")
@@ -64,7 +78,12 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path(f"eval-{args.manifest.stem}")
     out.mkdir(parents=True, exist_ok=True)
 
+    counts = train_word_counts(args.train_manifest) if args.train_manifest else None
     summary, records = evaluate(recognizer, entries, args.phones)
+    if counts is not None:
+        summary["by_train_frequency"] = errors_by_frequency(
+            [r["ref"] for r in records], [r["hyp"] for r in records], counts
+        )
     with open(out / "results.jsonl", "w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -98,6 +117,14 @@ def evaluate(
     return summary, records
 
 
+def train_word_counts(manifest: Path) -> Counter[str]:
+    """How often each word occurs in a training manifest's (lower-cased) texts."""
+    entries, _ = read_manifest(manifest)
+    if not entries:
+        raise ValueError(f"--train-manifest {manifest}: no usable utterances")
+    return Counter(word for e in entries for word in e.text.lower().split())
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """A plain-text table of the error rates in ``summary``."""
     header = f"{'metric':<6} {'rate':>8} {'errors':>7} {'sub':>6} {'del':>6} {'ins':>6} {'ref':>7}"
@@ -114,6 +141,12 @@ def summary_table(summary: dict[str, Any]) -> str:
         f"{summary['utterances']} utterances, {summary['audio_seconds']:.1f} s of audio, "
         f"real-time factor {summary['real_time_factor']:.3f}"
     )
+    if "by_train_frequency" in summary:
+        lines.append("times in training text  share of words  word error (sub+del)")
+        for band in summary["by_train_frequency"]:
+            lines.append(
+                f"{band['band']:>23} {100 * band['share']:>14.1f}% {100 * band['rate']:>20.1f}%"
+            )
     return "\n".join(lines)
 
 

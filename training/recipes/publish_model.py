@@ -26,6 +26,7 @@ import soundfile
 import torch
 
 from asr.bundle import load_model
+from asr.config import Config
 from training.dataset import entry_audio
 from training.evaluate import run as run_eval
 from training.manifest import read_manifest
@@ -51,6 +52,7 @@ def evaluate_run(run: Path, data: Path) -> dict[str, dict[str, Any]]:
         fresh = (
             summary.is_file()
             and summary.stat().st_mtime > (bundle / "model.safetensors").stat().st_mtime
+            and "by_train_frequency" in json.loads(summary.read_text())
         )
         if not fresh:
             args = argparse.Namespace(
@@ -60,6 +62,7 @@ def evaluate_run(run: Path, data: Path) -> dict[str, dict[str, Any]]:
                 phones=False,
                 plot=[],
                 beam=None,
+                train_manifest=data / "train.jsonl",
             )
             run_eval(args)
         results[split] = json.loads(summary.read_text())
@@ -149,35 +152,52 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
             f"| {SPLIT_TITLES[split]} | {m['utterances']} | {100 * m['wer']['rate']:.2f}% "
             f"| {100 * m['cer']['rate']:.2f}% | {100 * s['wer']['rate']:.2f}% | {gap:+.2f} |"
         )
+    bands = []
+    for split in SPLITS:
+        m = mono["eval"][split]["by_train_frequency"]
+        s = soft["eval"][split]["by_train_frequency"]
+        bands += [
+            f"| {SPLIT_TITLES[split]} | {b['band']} | {100 * b['share']:.1f}% "
+            f"| {100 * b['rate']:.1f}% | {100 * c['rate']:.1f}% |"
+            for b, c in zip(m, s, strict=True)
+        ]
     history = "\n".join(
         f"| {int(h['epoch'])} | {h['valid_loss']:.3f} | {100 * h['valid_wer']:.2f}% |"
         for h in mono["training"]["history"]
         if "valid_wer" in h
     )
-    config = json.loads((out / "config.json").read_text())
-    model = config["model"]
-    enc, att, dec = model["encoder"], model["attention"], model["decoder"]
+    config = Config.load(out / "config.json")  # defaults fill keys older bundles lack
+    model = config.model
+    enc, att, dec = model.encoder, model.attention, model.decoder
+    state_ms = math.prod(enc.reductions) * model.features.frame_shift_ms
+    delay = model.alignment_delay
     corpus = metrics["corpus"]
     voices = ", ".join(f"{engine} ({n})" for engine, n in corpus["voices"].items())
     text = CARD.format(
-        enc_layers=enc["layers"],
-        enc_units=enc["units"],
-        reduction=math.prod(enc["reductions"]),
-        reductions=", ".join(map(str, enc["reductions"])),
-        state_ms=math.prod(enc["reductions"]) * model["features"]["frame_shift_ms"],
-        dec_layers=dec["layers"],
-        dec_units=dec["units"],
-        feedback="fed its last context" if dec["context_feedback"] else "fed tokens only",
-        kind=att["kind"],
-        att_dim=att["dim"],
-        init_r=att["init_r"],
-        noise=att["noise_std"],
-        ctc=model["ctc_weight"],
-        align=model["alignment_weight"],
-        sp_type=model["tokenizer"]["model_type"],
-        vocab=model["tokenizer"]["vocab_size"],
-        valid_decoded=config["train"]["valid_decode_max"],
-        precision=config["train"]["precision"],
+        enc_layers=enc.layers,
+        enc_units=enc.units,
+        reduction=math.prod(enc.reductions),
+        reductions=", ".join(map(str, enc.reductions)),
+        state_ms=state_ms,
+        dec_layers=dec.layers,
+        dec_units=dec.units,
+        feedback="fed its last context" if dec.context_feedback else "fed tokens only",
+        kind=att.kind,
+        att_dim=att.dim,
+        init_r=att.init_r,
+        noise=att.noise_std,
+        ctc=model.ctc_weight,
+        align=model.alignment_weight,
+        delay=(
+            f"; each boundary is trained {delay} states ({delay * state_ms:g} ms) after its "
+            "spike, so a token has heard that much more of its word when it is emitted"
+            if delay
+            else ""
+        ),
+        sp_type=model.tokenizer.model_type,
+        vocab=model.tokenizer.vocab_size,
+        valid_decoded=config.train.valid_decode_max,
+        precision=config.train.precision,
         train_utterances=f"{corpus['train_utterances']:,}",
         train_hours=corpus["train_hours"],
         augmented=100 * corpus["augmented"],
@@ -190,6 +210,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         params=metrics["parameters"] / 1e6,
         megabytes=metrics["megabytes"],
         rows="\n".join(rows),
+        bands="\n".join(bands),
         history=history,
         mono_command=mono["training"]["command"],
         soft_command=soft["training"]["command"],
@@ -255,13 +276,22 @@ utterance (offline), trained on the same data with the same budget, side by side
 same machine. Every figure above is `asr eval` output, gathered by
 `python -m training.recipes.publish_model` into `metrics.json`.
 
+Where the errors are: the reference words of each split by how often they occur in the
+training text, with the share of them that are substituted or deleted (`asr eval
+--train-manifest`). Errors on frequent words are acoustic; words seen a few times or
+never must be spelt from their sound alone.
+
+| held-out split | times in training text | share of words | word error | softmax baseline |
+|---|---|---|---|---|
+{bands}
+
 ## Model
 
 Unidirectional {enc_layers} x {enc_units} LSTM encoder with a {reduction}x time pyramid
 (reductions {reductions}: one state per {state_ms} ms), {dec_layers}-layer {dec_units}-unit LSTM
 decoder {feedback}, {kind} attention (dim {att_dim}, r = {init_r}, pre-sigmoid noise {noise}), auxiliary
 CTC (weight {ctc}) whose confident Viterbi spikes guide each token's monotonic boundary
-during training (CTC-synchronous training, weight {align}), sentencepiece {sp_type}
+during training (CTC-synchronous training, weight {align}{delay}), sentencepiece {sp_type}
 vocabulary of {vocab}. Configuration: `config.json` (training/configs/default.yaml).
 
 ## Data
