@@ -74,15 +74,22 @@ def fold_phones(text: str) -> str:
     return " ".join(p for p in folded if p)
 
 
+def _align(
+    refs: list[str], hyps: list[str], chars: bool = False
+) -> jiwer.WordOutput | jiwer.CharacterOutput:
+    """One jiwer alignment pass over whitespace-normalised texts."""
+    refs = [" ".join(r.split()) for r in refs]
+    hyps = [" ".join(h.split()) for h in hyps]
+    return (jiwer.process_characters if chars else jiwer.process_words)(refs, hyps)
+
+
 def _count(refs: list[str], hyps: list[str], chars: bool = False) -> tuple[ErrorCounts, list[int]]:
     """Corpus counts and per-utterance edit counts from one jiwer alignment pass."""
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
     if not refs:
         return ErrorCounts(), []
-    refs = [" ".join(r.split()) for r in refs]
-    hyps = [" ".join(h.split()) for h in hyps]
-    out = (jiwer.process_characters if chars else jiwer.process_words)(refs, hyps)
+    out = _align(refs, hyps, chars)
     per_utt = []
     for chunks in out.alignments:
         n = 0
@@ -123,9 +130,7 @@ def errors_by_frequency(
     frequent words) from one that only misses words it has rarely or never seen.
     Insertions belong to no reference word, so the bands' rates leave them out.
     """
-    out = jiwer.process_words(
-        [" ".join(r.split()) for r in refs], [" ".join(h.split()) for h in hyps]
-    )
+    out = _align(refs, hyps)
     words = [0] * len(FREQUENCY_BANDS)
     errors = [0] * len(FREQUENCY_BANDS)
     for ref, chunks in zip(out.references, out.alignments, strict=True):
