@@ -47,7 +47,10 @@ def test_status_says_whether_targets_are_reached() -> None:
     bad = {"test_seen_voices": {"wer": {"rate": 0.5}}, "test_unseen_voices": {"wer": {"rate": 0.1}}}
     assert status(good, training).startswith("It reaches the targets")
     text = status(bad, training)
-    assert "does not yet reach" in text and "still falling" in text
+    assert (
+        "does not yet reach" in text and "still falling at the last epoch (2.000 -> 1.000)" in text
+    )
+    assert "validated only once" in status(bad, {**training, "history": history[:1]})
     wobble = [*history, {"epoch": 3, "valid_loss": 1.01}]
     assert "levelled off" in status(bad, {**training, "history": wobble})
     rose = [*history, {"epoch": 3, "valid_loss": 1.1}]

@@ -212,6 +212,14 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         rows="\n".join(rows),
         bands="\n".join(bands),
         history=history,
+        publish_command=metrics["publish_command"],
+        tokenizer_note=(
+            "\n`train.tokenizer=` reuses the sentencepiece model an earlier run trained on the\n"
+            "same corpus; sentencepiece training is deterministic, so a run that trains its own\n"
+            "(as the recipe does) gets the same pieces.\n"
+            if "train.tokenizer=" in mono["training"]["command"] + soft["training"]["command"]
+            else ""
+        ),
         mono_command=mono["training"]["command"],
         soft_command=soft["training"]["command"],
         mono_minutes=mono["training"]["minutes"],
@@ -238,7 +246,12 @@ def status(evals: dict[str, dict[str, Any]], training: dict[str, Any]) -> str:
     lowest = min(losses, key=lambda h: h["valid_loss"])
     last = losses[-1]
     if lowest is last:
-        trend = "its validation loss was still falling, so it is far from converged"
+        trend = (
+            f"its validation loss was still falling at the last epoch ({losses[-2]['valid_loss']:.3f}"
+            f" -> {last['valid_loss']:.3f}), so a longer budget would help"
+            if len(losses) > 1
+            else "it validated only once"
+        )
     elif last["valid_loss"] > RISE * lowest["valid_loss"]:
         trend = (
             f"its validation loss was lowest at epoch {int(lowest['epoch'])} and then rose, "
@@ -309,9 +322,8 @@ out of training). No test utterance takes part in training or checkpoint choice.
     {corpus_command}
     {mono_command}
     {soft_command}
-    python -m training.recipes.publish_model --run exp/monotonic --baseline exp/softmax \\
-      --data data/synth --out models/default
-
+    {publish_command}
+{tokenizer_note}
 Monotonic: {mono_steps} steps, {mono_epochs} epochs, {mono_minutes} minutes of training;
 softmax baseline: {soft_epochs} epochs, {soft_minutes} minutes (both on one thread
 each, sharing the machine, with {precision} matrix products: `train.precision`).
@@ -360,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample:
         metrics["sample"] = ship_sample(args.data, args.sample, args.sample_max_seconds)
     metrics["corpus"] = corpus_facts(args.data)
+    out = args.out.resolve()
+    metrics["publish_command"] = (
+        f"python -m training.recipes.publish_model --run {args.run} --baseline {args.baseline} \\\n"
+        f"      --data {args.data} --out {out.relative_to(REPO) if out.is_relative_to(REPO) else out}"
+    )
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_card(args.out, metrics)
     print(f"published {bundle} -> {args.out}")
