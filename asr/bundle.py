@@ -3,7 +3,8 @@
 Layout: ``config.json`` (the shared :class:`Config`, with a format version),
 ``model.safetensors`` (weights), the tokenizer (``tokenizer.model`` for
 sentencepiece or ``tokens.txt`` for symbols), ``cmvn.json`` (global feature
-statistics) and ``README.md`` (the model card).
+statistics), ``README.md`` (the model card) and, optionally, ``lm.npz`` (a token
+n-gram model for shallow fusion, made by ``asr lm``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from asr.config import FORMAT_VERSION, Config
 from asr.features import CMVN
+from asr.lm import LM_FILE, TokenLM
 from asr.model import Seq2Seq
 from asr.recognizer import Recognizer
 from asr.tokenizer import load_tokenizer
@@ -109,7 +111,17 @@ def load_model(directory: str | Path) -> Recognizer:
         ) from None
     model.set_cmvn(torch.from_numpy(cmvn.mean), torch.from_numpy(cmvn.std))
     model.eval()
-    return Recognizer(config, model, tokenizer)
+    lm = None
+    if (root / LM_FILE).is_file():
+        lm = TokenLM.load(root / LM_FILE)
+        if lm.vocab_size != tokenizer.vocab_size:
+            raise ValueError(
+                f"{root / LM_FILE}: vocabulary {lm.vocab_size} does not match the tokenizer's "
+                f"{tokenizer.vocab_size} (train it with `asr lm --model {root}`)"
+            )
+    recognizer = Recognizer(config, model, tokenizer, lm)
+    recognizer.set_search()  # a bundle whose config wants a missing LM fails here, not later
+    return recognizer
 
 
 def _need(root: Path, name: str) -> Path:

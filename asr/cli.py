@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "transcribe": "asr.transcribe",
     "train": "training.train",
     "eval": "training.evaluate",
+    "lm": "training.lm_cli",
 }
 
 

@@ -111,6 +111,9 @@ class DecodeConfig:
     endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence
+    # Shallow fusion: add this times the bundle's token n-gram log-probabilities (lm.npz,
+    # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
+    lm_weight: float = 0.0
 
 
 @dataclass

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from asr.attention import MonotonicAttention, SoftmaxAttention
 from asr.config import DecodeConfig
+from asr.lm import TokenLM
 from asr.model import EOS_ID, DecoderState, Seq2Seq
 
 
@@ -82,6 +83,7 @@ class SegmentSearch:
 
     model: Seq2Seq
     cfg: DecodeConfig
+    lm: TokenLM | None = None
     memory: _Memory = field(init=False)
     beam: _Beam = field(init=False)
     segment_start: int = field(init=False, default=0)
@@ -92,6 +94,12 @@ class SegmentSearch:
             raise ValueError(
                 "decode.beam_size, max_tokens and max_tokens_per_state must be >= 1, got "
                 f"{self.cfg.beam_size}, {self.cfg.max_tokens}, {self.cfg.max_tokens_per_state}"
+            )
+        if self.cfg.lm_weight < 0:
+            raise ValueError(f"decode.lm_weight must be >= 0, got {self.cfg.lm_weight}")
+        if self.cfg.lm_weight > 0 and self.lm is None:
+            raise ValueError(
+                "decode.lm_weight needs a language model: the bundle has no lm.npz (see `asr lm`)"
             )
         attention = self.model.decoder.attention
         dim = self.model.cfg.encoder.units
@@ -215,6 +223,9 @@ class SegmentSearch:
         n, vocab = log_probs.shape
         ran_off = beam.selected < 0
         # A hypothesis whose scan found nothing in complete memory can only end.
+        if self.lm is not None and self.cfg.lm_weight > 0:
+            fused = torch.stack([self.lm.log_probs(tokens) for tokens in beam.tokens])
+            log_probs = log_probs + self.cfg.lm_weight * fused
         log_probs = log_probs.clone()
         log_probs[ran_off] = float("-inf")
         log_probs[ran_off, EOS_ID] = 0.0

@@ -22,6 +22,7 @@ from asr.config import Config
 from asr.decoding import Segment, SegmentSearch
 from asr.events import Event
 from asr.features import StreamingFbank
+from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
 
@@ -114,7 +115,12 @@ class StreamingSession:
     """One audio stream. Not thread-safe: one caller at a time."""
 
     def __init__(
-        self, model: Seq2Seq, tokenizer: Tokenizer, config: Config, sample_rate: int
+        self,
+        model: Seq2Seq,
+        tokenizer: Tokenizer,
+        config: Config,
+        sample_rate: int,
+        lm: TokenLM | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -124,7 +130,7 @@ class StreamingSession:
         self._resampler = StreamResampler(self.sample_rate, features.sample_rate)
         self._fbank = StreamingFbank(features)
         self._encoder_state = model.encoder.initial_state(1)
-        self._search = SegmentSearch(model, config.decode)
+        self._search = SegmentSearch(model, config.decode, lm)
         self._hop = int(round(features.sample_rate * features.frame_shift_ms / 1000))
         self._hop_tail = np.zeros(0, dtype=np.float32)
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state

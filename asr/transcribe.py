@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"model bundle directory (default: {DEFAULT_MODEL})",
     )
     parser.add_argument("--beam", type=int, default=None, help="beam size (default: the bundle's)")
+    parser.add_argument(
+        "--lm-weight", type=float, help="shallow-fusion LM weight (default: the bundle's)"
+    )
     parser.add_argument("--json", action="store_true", help="JSON lines with segments")
     parser.add_argument(
         "--threads",
@@ -49,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
             "`asr train` (see README.md) and put it there"
         )
     recognizer = load_model(args.model)
-    if args.beam is not None:
-        if args.beam < 1:
-            raise ValueError(f"--beam must be >= 1, got {args.beam}")
-        recognizer.config.decode.beam_size = args.beam
+    recognizer.set_search(args.beam, args.lm_weight)
 
     failed = 0
     for path in args.files:

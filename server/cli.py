@@ -71,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: one per CPU core, {d.workers} here; 0: the model in the server process)",
     )
     parser.add_argument("--torch-threads", type=int, default=d.torch_threads)
+    parser.add_argument("--beam", type=int, help="beam size (default: the bundle's)")
+    parser.add_argument(
+        "--lm-weight",
+        type=float,
+        help="shallow fusion with the bundle's lm.npz (default: the bundle's)",
+    )
     parser.add_argument("--log-level", default="info")
 
 
@@ -95,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         batch_max_wait_ms=args.batch_wait_ms,
         workers=args.workers,
         torch_threads=args.torch_threads,
+        beam=args.beam,
+        lm_weight=args.lm_weight,
     )
     build_server(settings, args.log_level).run()
     return 0

@@ -76,7 +76,7 @@ class LocalLane(Lane):
 
     async def load(self) -> None:
         self.recognizer = await self.worker.run(
-            _load, self.settings.model, self.settings.torch_threads
+            _load, self.settings.model, self.settings.torch_threads, *self.settings.search
         )
 
     def _new_stream(self, sample_rate: int) -> Any:
@@ -102,7 +102,7 @@ class ProcessLane(Lane):
         self._conn, child = context.Pipe()
         self._process = context.Process(
             target=serve_sessions,
-            args=(child, str(settings.model), settings.torch_threads),
+            args=(child, str(settings.model), settings.torch_threads, *settings.search),
             name="asr-model",
             daemon=True,
         )
@@ -161,12 +161,14 @@ def make_lanes(settings: Settings, on_batch: Any) -> list[Lane]:
 
 
 # -- the model process -------------------------------------------------------------
-def serve_sessions(conn: Connection, model: str, threads: int) -> None:
+def serve_sessions(
+    conn: Connection, model: str, threads: int, beam: int | None, lm_weight: float | None
+) -> None:
     """A model process's loop: load the model, then answer batches until told to stop."""
     from asr.streaming import step_sessions as run_sessions
 
     try:
-        recognizer = _load(model, threads)
+        recognizer = _load(model, threads, beam, lm_weight)
     except Exception as err:
         conn.send(RuntimeError(f"cannot load model {model}: {err}"))
         return
@@ -205,10 +207,12 @@ def _portable(err: Exception) -> Exception:
     return ValueError(str(err)) if isinstance(err, ValueError) else RuntimeError(repr(err))
 
 
-def _load(path: str | Path, threads: int) -> Any:
+def _load(path: str | Path, threads: int, beam: int | None, lm_weight: float | None) -> Any:
     import torch
 
     from asr import load_model
 
     torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
-    return load_model(path)
+    recognizer = load_model(path)
+    recognizer.set_search(beam, lm_weight)
+    return recognizer

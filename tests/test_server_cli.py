@@ -34,6 +34,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_ready(process: subprocess.Popen, port: int) -> None:
+    """Poll /readyz until the server has loaded its model (failing if the process dies)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                assert json.loads(r.read())["status"] == "ready"
+                return
+        except (urllib.error.URLError, ConnectionError):
+            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.2)
+
+
 def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
     port = free_port()
     process = subprocess.Popen(
@@ -53,16 +67,7 @@ def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
-                    assert json.loads(r.read())["status"] == "ready"
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                assert process.poll() is None, process.stdout.read()
-                assert time.monotonic() < deadline, "server did not become ready"
-                time.sleep(0.2)
+        wait_ready(process, port)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
             assert b"Start microphone" in page.read()
     finally:

@@ -52,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
     )
     parser.add_argument(
+        "--lm-weight",
+        type=float,
+        help="shallow fusion with the bundle's lm.npz (default: the bundle's decode.lm_weight)",
+    )
+    parser.add_argument(
         "--train-manifest",
         type=Path,
         help="the model's training manifest: also score words by their frequency in its text",
@@ -60,10 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recognizer = load_model(args.model)
-    if args.beam is not None:
-        if args.beam < 1:
-            raise ValueError(f"--beam must be >= 1, got {args.beam}")
-        recognizer.config.decode.beam_size = args.beam
+    recognizer.set_search(args.beam, args.lm_weight)
     if args.train_manifest and args.phones:
         raise ValueError(
             "--train-manifest scores words by frequency; it does not apply to --phones"

@@ -9,6 +9,7 @@ Each line is {"id", "audio", "text", "duration", "engine", "voice", "params", "a
 is relative to the manifest's directory. Dev and test sentences never occur in train; the
 unseen-voices test uses only voices in HELD_OUT, which train and dev never use. Dev (seen
 voices, clean) is for validation and checkpoint choice, so the test splits stay untouched.
+DIR/lm_text.txt holds every train-split sentence, voiced or not, for `asr lm`.
 
 The plan (who says what, with which prosody and augmentation) is a pure function of the
 seed, the sentence sources, the engines and the hours, and utterance ids hash their
@@ -45,6 +46,7 @@ from training.recipes.engines import ENGINES, Engine, Params
 from training.recipes.sources import FORTUNE_DIR, WORDNET_DIR, load_sentences
 
 RATE = 16000
+LM_TEXT = "lm_text.txt"
 SPLITS = ("train", "dev", "test_seen_voices", "test_unseen_voices")
 DEFAULT_WEIGHTS = {"espeak": 0.25, "flite": 0.15, "festival": 0.2, "piper": 0.4}
 TEXT_APT = ("fortunes", "fortunes-min", "wordnet-base")
@@ -96,6 +98,32 @@ def estimate_seconds(text: str) -> float:
     return 0.3 + 0.31 * len(text.split())
 
 
+def split_sentences(
+    pairs: list[tuple[str, str]], test_size: int, dev_size: int, rng: random.Random
+) -> dict[str, list[tuple[str, str]]]:
+    """Shuffle the sentences and deal them to the splits: no sentence is in two splits."""
+    order = list(pairs)
+    rng.shuffle(order)
+    return {
+        "test_seen_voices": order[:test_size],
+        "test_unseen_voices": order[test_size : 2 * test_size],
+        "dev": order[2 * test_size : 2 * test_size + dev_size],
+        "train": order[2 * test_size + dev_size :],
+    }
+
+
+def write_lm_text(
+    out: Path, pairs: list[tuple[str, str]], test_size: int, dev_size: int, seed: int
+) -> int:
+    """Every train-split sentence, voiced or not, one per line, for ``asr lm``: text is cheap,
+    so the language model learns from the sentences the audio budget left unspoken too."""
+    train = split_sentences(pairs, test_size, dev_size, random.Random(seed))["train"]
+    tmp = out / (LM_TEXT + ".tmp")
+    tmp.write_text("".join(f"{text}\n" for _, text in train), encoding="utf-8")
+    tmp.replace(out / LM_TEXT)
+    return len(train)
+
+
 def plan_corpus(
     pairs: list[tuple[str, str]],
     voices: dict[str, list[str]],
@@ -114,14 +142,7 @@ def plan_corpus(
     Only train utterances are augmented (with probability `aug_prob`): test sets stay clean.
     """
     rng = random.Random(seed)
-    order = list(pairs)
-    rng.shuffle(order)
-    sentences = {
-        "test_seen_voices": order[:test_size],
-        "test_unseen_voices": order[test_size : 2 * test_size],
-        "dev": order[2 * test_size : 2 * test_size + dev_size],
-        "train": order[2 * test_size + dev_size :],
-    }
+    sentences = split_sentences(pairs, test_size, dev_size, rng)
     split_voices = {
         split: {
             engine: [v for v in vs if is_held_out(engine, v) == (split == "test_unseen_voices")]
@@ -426,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(len(records))
             bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
     write_manifests(out, plan, done)
+    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed)
+    print(f"{out / LM_TEXT}: {lm_sentences} train-split sentences for `asr lm`")
     print(summary(plan, done))
     if errors:
         print(f"{len(errors)} utterances failed (rerun to retry):", *errors[:10], sep="\n  ")
