@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from asr.config import FORMAT_VERSION, Config
 from asr.features import CMVN
-from asr.lm import LM_FILE, TokenLM
+from asr.lm import LM_FILE
 from asr.model import Seq2Seq
 from asr.recognizer import Recognizer
 from asr.tokenizer import load_tokenizer
@@ -111,16 +111,9 @@ def load_model(directory: str | Path) -> Recognizer:
         ) from None
     model.set_cmvn(torch.from_numpy(cmvn.mean), torch.from_numpy(cmvn.std))
     model.eval()
-    lm = None
-    if (root / LM_FILE).is_file():
-        lm = TokenLM.load(root / LM_FILE)
-        if lm.vocab_size != tokenizer.vocab_size:
-            raise ValueError(
-                f"{root / LM_FILE}: vocabulary {lm.vocab_size} does not match the tokenizer's "
-                f"{tokenizer.vocab_size} (train it with `asr lm --model {root}`)"
-            )
-    recognizer = Recognizer(config, model, tokenizer, lm)
-    recognizer.set_search()  # a bundle whose config wants a missing LM fails here, not later
+    lm_file = root / LM_FILE if (root / LM_FILE).is_file() else None
+    recognizer = Recognizer(config, model, tokenizer, lm_file)
+    recognizer.set_search()  # a config that wants the LM loads it (or fails) here, not later
     return recognizer
 
 

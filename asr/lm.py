@@ -84,32 +84,13 @@ class TokenLM:
                     lower[context[1:]][token] += 1
             counts[k] = lower
 
-        unigram_alpha, unigram_gamma = _discounted(counts[0][()], vocab_size)
-        uniform = np.full(vocab_size, 1.0 / (vocab_size - 1))  # every id but blank
-        uniform[BLANK_ID] = 0.0
-        unigram = unigram_alpha + unigram_gamma * uniform
-        orders = []
-        for k in range(1, order):
-            discount = _discount(counts[k])
-            contexts, offsets, nexts, alphas, gammas = [], [0], [], [], []
-            for context, following in counts[k].items():
-                total = sum(following.values())
-                contexts.append(context)
-                tokens = sorted(following)
-                nexts.extend(tokens)
-                alphas.extend(max(following[t] - discount, 0.0) / total for t in tokens)
-                gammas.append(discount * len(tokens) / total)
-                offsets.append(len(nexts))
-            orders.append(
-                (
-                    np.asarray(contexts, dtype=np.int32).reshape(len(contexts), k),
-                    np.asarray(offsets, dtype=np.int64),
-                    np.asarray(nexts, dtype=np.int32),
-                    np.asarray(alphas, dtype=np.float32),
-                    np.asarray(gammas, dtype=np.float32),
-                )
-            )
-        return cls(vocab_size, unigram, orders)
+        tables = [_discounted(counts[k], k) for k in range(order)]
+        # The unigram's one context (the empty one) leaves its mass to a uniform distribution.
+        _, _, nexts, alphas, gammas = tables[0]
+        unigram = np.full(vocab_size, float(gammas[0]) / (vocab_size - 1))  # every id but blank
+        unigram[BLANK_ID] = 0.0
+        unigram[nexts] += alphas
+        return cls(vocab_size, unigram, tables[1:])
 
     # -- queries ------------------------------------------------------------------
     def log_probs(self, history: Sequence[int]) -> Tensor:
@@ -190,10 +171,26 @@ def _discount(counts: dict[tuple[int, ...], Counter[int]]) -> float:
     return n1 / (n1 + 2 * n2) if n1 + n2 else 0.5
 
 
-def _discounted(following: Counter[int], vocab_size: int) -> tuple[np.ndarray, float]:
-    discount = _discount({(): following})
-    total = sum(following.values())
-    alpha = np.zeros(vocab_size)
-    for token, c in following.items():
-        alpha[token] = max(c - discount, 0.0) / total
-    return alpha, discount * len(following) / total
+def _discounted(
+    counts: dict[tuple[int, ...], Counter[int]], k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One order's table: its contexts of ``k`` tokens [M, k], and per context (rows
+    offsets[i]:offsets[i + 1]) the tokens seen after it with their discounted probabilities,
+    and the mass it leaves to the order below."""
+    discount = _discount(counts)
+    contexts, offsets, nexts, alphas, gammas = [], [0], [], [], []
+    for context, following in counts.items():
+        total = sum(following.values())
+        contexts.append(context)
+        tokens = sorted(following)
+        nexts.extend(tokens)
+        alphas.extend(max(following[t] - discount, 0.0) / total for t in tokens)
+        gammas.append(discount * len(tokens) / total)
+        offsets.append(len(nexts))
+    return (
+        np.asarray(contexts, dtype=np.int32).reshape(len(contexts), k),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(nexts, dtype=np.int32),
+        np.asarray(alphas, dtype=np.float64 if k == 0 else np.float32),
+        np.asarray(gammas, dtype=np.float32),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +23,10 @@ class Recognizer:
     config: Config
     model: Seq2Seq
     tokenizer: Tokenizer
-    lm: TokenLM | None = None  # for shallow fusion (decode.lm_weight)
+    lm_file: Path | None = None  # the bundle's lm.npz, if it has one
+    # for shallow fusion; read from lm_file only once decode.lm_weight > 0 asks for it, so
+    # greedy serving does not pay the second it takes to index the n-grams
+    lm: TokenLM | None = None
 
     def set_search(self, beam: int | None = None, lm_weight: float | None = None) -> None:
         """Override the bundle's beam size and LM weight (None keeps them), checking both."""
@@ -36,10 +40,18 @@ class Recognizer:
                 raise ValueError(f"--lm-weight must be >= 0, got {lm_weight}")
             decode.lm_weight = lm_weight
         if decode.lm_weight > 0 and self.lm is None:
-            raise ValueError(
-                f"decode.lm_weight is {decode.lm_weight} but the bundle has no language model "
-                "(lm.npz): make one with `asr lm`, or set the weight to 0"
-            )
+            if self.lm_file is None:
+                raise ValueError(
+                    f"decode.lm_weight is {decode.lm_weight} but the bundle has no language model "
+                    "(lm.npz): make one with `asr lm`, or set the weight to 0"
+                )
+            lm = TokenLM.load(self.lm_file)
+            if lm.vocab_size != self.tokenizer.vocab_size:
+                raise ValueError(
+                    f"{self.lm_file}: vocabulary {lm.vocab_size} does not match the tokenizer's "
+                    f"{self.tokenizer.vocab_size} (train it again with `asr lm`)"
+                )
+            self.lm = lm
 
     def stream(self, sample_rate: int) -> StreamingSession:
         return StreamingSession(self.model, self.tokenizer, self.config, sample_rate, self.lm)

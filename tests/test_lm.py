@@ -109,7 +109,7 @@ def test_asr_lm_writes_a_model_the_bundle_loads_and_excludes_test_text(
     test.write_text(
         json.dumps({"id": "t", "audio": "x.wav", "duration": 1.0, "text": SENTENCES[0]}) + "\n"
     )
-    assert load_model(bundle).lm is None
+    assert load_model(bundle).lm_file is None
     assert (
         asr_main(
             [
@@ -129,6 +129,9 @@ def test_asr_lm_writes_a_model_the_bundle_loads_and_excludes_test_text(
     out = capsys.readouterr().out
     assert f"from {len(SENTENCES) - 1} sentences (1 excluded)" in out
     recognizer = load_model(bundle)
+    assert recognizer.lm_file == bundle / LM_FILE
+    assert recognizer.lm is None  # greedy decoding does not read it
+    recognizer.set_search(lm_weight=0.3)
     assert recognizer.lm is not None and recognizer.lm.order == 3
     tokens = recognizer.tokenizer.encode(SENTENCES[1])
     kept, dropped = (

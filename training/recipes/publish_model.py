@@ -54,7 +54,8 @@ def evaluate_run(run: Path, data: Path, fused: bool = False) -> dict[str, dict[s
     """WER/CER of run/best_bundle on each split, cached in run/eval_<split>/summary.json;
     ``fused``: with beam search and its language model, cached in run/eval_lm_<split>."""
     bundle = run / "best_bundle"
-    newest = (bundle / LM_FILE if fused else bundle / "model.safetensors").stat().st_mtime
+    inputs = [bundle / "model.safetensors", *([bundle / LM_FILE] if fused else [])]
+    newest = max(path.stat().st_mtime for path in inputs)
     results = {}
     for split in SPLITS:
         out = run / f"eval_lm_{split}" if fused else run / f"eval_{split}"
