@@ -76,3 +76,30 @@ def test_phone_scoring_folds_to_39(tiny_bundle: Path, speech_dir: Path) -> None:
     assert summary["per"]["rate"] == 0.0 and records[0]["errors"] == 0
     summary, _ = evaluate(recognizer, [entry], phones=False)
     assert summary["wer"]["errors"] == 3
+
+
+def test_eval_scores_each_value_of_a_manifest_field(
+    tmp_path: Path, tiny_bundle: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "test.jsonl"
+    engines = ["flite", "piper", "flite"]
+    with open(manifest, "w") as f:
+        for (wav, text), engine in zip(speech_files(speech_dir)[:3], engines):
+            info = soundfile.info(str(wav))
+            row = {"id": wav.stem, "audio": str(wav), "text": text, "duration": info.duration}
+            f.write(json.dumps({**row, "engine": engine, "aug": []}) + "\n")
+    out = tmp_path / "eval"
+    args = ["eval", "--model", str(tiny_bundle), "--manifest", str(manifest), "--out", str(out)]
+    assert main([*args, "--by", "engine"]) == 0
+    assert "engine" in capsys.readouterr().out
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    rows = json.loads((out / "summary.json").read_text())["by_field"]["engine"]
+    assert [(r["value"], r["utterances"]) for r in rows] == [("flite", 2), ("piper", 1)]
+    for row, members in zip(rows, ([0, 2], [1])):
+        words = sum(len(records[i]["ref"].split()) for i in members)
+        assert row["wer"]["reference_length"] == words
+        assert row["wer"]["errors"] == sum(records[i]["errors"] for i in members)
+
+    for field, problem in (("speaker", "no such field"), ("aug", "a list or object")):
+        assert main([*args, "--by", field]) == 2
+        assert problem in capsys.readouterr().err

@@ -6,7 +6,9 @@ Writes OUT/results.jsonl (id, ref, hyp, errors), OUT/summary.json and, for
 each --plot id, OUT/<id>.png: the teacher-forced soft alignment with the hard
 monotonic path of greedy decoding drawn over it. With --train-manifest the summary
 also splits the reference words by how often they occur in that training text
-(never, 1-4, 5-49, 50-499, 500+ times) with the error rate of each band.
+(never, 1-4, 5-49, 50-499, 500+ times) with the error rate of each band. With
+--by FIELD it also scores each value of that manifest field apart (the synthetic
+corpus records engine and voice; other corpora may record speaker or condition).
 
 Examples:
   asr eval --model models/default --manifest data/test.jsonl --out exp/eval
@@ -14,6 +16,7 @@ Examples:
   asr eval --model models/default --manifest data/test.jsonl --plot utt001 utt002 --beam 4
   asr eval --model models/default --manifest data/synth/test_seen_voices.jsonl \
       --train-manifest data/synth/train.jsonl
+  asr eval --model models/default --manifest data/synth/test_unseen_voices.jsonl --by engine voice
 """
 
 from __future__ import annotations
@@ -61,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="the model's training manifest: also score words by their frequency in its text",
     )
+    parser.add_argument(
+        "--by",
+        nargs="+",
+        default=[],
+        metavar="FIELD",
+        help="also score each value of these manifest fields apart (e.g. engine voice speaker)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     entries, _ = read_manifest(args.manifest)
     if not entries:
         raise ValueError(f"{args.manifest}: no usable utterances")
+    for name in args.by:  # before decoding: a typo should not cost a whole evaluation
+        field_values(entries, name, args.manifest)
     by_id = {e.id: e for e in entries}
     unknown = [i for i in args.plot if i not in by_id]
     if unknown:
@@ -86,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
         summary["by_train_frequency"] = errors_by_frequency(
             [r["ref"] for r in records], [r["hyp"] for r in records], counts
         )
+    if args.by:
+        summary["by_field"] = {
+            name: errors_by_field(records, field_values(entries, name, args.manifest), args.phones)
+            for name in args.by
+        }
     with open(out / "results.jsonl", "w", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -119,6 +136,38 @@ def evaluate(
     return summary, records
 
 
+def field_values(entries: list[Entry], name: str, manifest: Path) -> list[str]:
+    """Each entry's value of manifest field ``name`` (id, text and the extra fields), as text."""
+    values = []
+    for entry in entries:
+        value = entry.extra.get(
+            name, getattr(entry, name, None) if name in ("id", "text") else None
+        )
+        if value is None or isinstance(value, (dict, list)):
+            raise ValueError(
+                f"--by {name}: utterance {entry.id} of {manifest} has "
+                + ("no such field" if value is None else "a list or object there, not a value")
+            )
+        values.append(str(value))
+    return values
+
+
+def errors_by_field(
+    records: list[dict[str, Any]], values: list[str], phones: bool = False
+) -> list[dict[str, Any]]:
+    """The error rates of the utterances of each value (most utterances first)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record, value in zip(records, values, strict=True):
+        groups.setdefault(value, []).append(record)
+    rows = []
+    for value, group in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])):
+        summary, _ = score(
+            [r["id"] for r in group], [r["ref"] for r in group], [r["hyp"] for r in group], phones
+        )
+        rows.append({"value": value, **summary})
+    return rows
+
+
 def train_word_counts(manifest: Path) -> Counter[str]:
     """How often each word occurs in a training manifest's (lower-cased) texts."""
     entries, _ = read_manifest(manifest)
@@ -148,6 +197,17 @@ def summary_table(summary: dict[str, Any]) -> str:
         for band in summary["by_train_frequency"]:
             lines.append(
                 f"{band['band']:>23} {100 * band['share']:>14.1f}% {100 * band['rate']:>20.1f}%"
+            )
+    for name, rows in summary.get("by_field", {}).items():
+        width = max(len(name), *(len(row["value"]) for row in rows))
+        keys = [key for key in ("wer", "cer", "per") if key in rows[0]]
+        lines.append(
+            f"{name:<{width}} {'utterances':>10}" + "".join(f"{k.upper():>9}" for k in keys)
+        )
+        for row in rows:
+            lines.append(
+                f"{row['value']:<{width}} {row['utterances']:>10}"
+                + "".join(f"{100 * row[k]['rate']:>8.2f}%" for k in keys)
             )
     return "\n".join(lines)
 
