@@ -75,6 +75,7 @@ def evaluate_run(run: Path, data: Path, fused: bool = False) -> dict[str, dict[s
                 beam=LM_BEAM if fused else None,
                 lm_weight=LM_WEIGHT if fused else None,
                 train_manifest=data / "train.jsonl",
+                by=[],
             )
             run_eval(args)
         results[split] = json.loads(summary.read_text())

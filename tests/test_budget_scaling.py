@@ -1,0 +1,69 @@
+"""bench/budget_scaling.py: real trainings at two budgets, their held-out WER, the fit, resuming."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.test_train import TINY, write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bench_module():
+    spec = importlib.util.spec_from_file_location(
+        "budget_scaling", REPO / "bench" / "budget_scaling.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fit_solves_for_the_target() -> None:
+    bench = bench_module()
+    # 50% at 1 minute, 40% at 2: -10 points per doubling reaches 10% at 2**4 minutes.
+    assert bench.needed_minutes([(1, 0.5), (2, 0.4)], 0.10) == pytest.approx(16.0)
+    assert bench.needed_minutes([(1, 0.5), (4, 0.5)], 0.10) == math.inf
+
+
+def test_trains_each_budget_once_and_fits_the_held_out_wer(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = bench_module()
+    data, out = tmp_path / "data", tmp_path / "scaling"
+    data.mkdir()
+    write_manifest(data / "train.jsonl", speech_dir, copies=3)
+    for split in ("dev", "test_seen_voices", "test_unseen_voices"):
+        write_manifest(data / f"{split}.jsonl", speech_dir, count=4)
+    args = ["--config", str(TINY), "--data", str(data), "--out", str(out)]
+    args += ["--minutes", "0.05", "0.15", "--set", "train.valid_decode_max=4"]
+    assert bench.main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("trained ") == 2
+    wers = {}
+    for minutes in ("0.05", "0.15"):
+        run = out / f"m{minutes}"
+        seen = json.loads((run / "eval_test_seen_voices" / "summary.json").read_text())
+        wers[float(minutes)] = seen["wer"]["rate"]
+        row = next(line for line in printed.splitlines() if line.startswith(f"| {minutes} |"))
+        assert f"{100 * seen['wer']['rate']:.2f}%" in row
+        assert bench.training_facts(run)["minutes"] >= float(minutes) - 0.05
+    need = bench.needed_minutes(sorted(wers.items()), 0.10)
+    line = next(line for line in printed.splitlines() if line.startswith("test_seen_voices:"))
+    if math.isfinite(need):
+        assert f"{need:,.0f} minutes" in line
+    else:
+        assert "inf minutes" in line
+
+    stamps = {p: p.stat().st_mtime for p in out.glob("m*/last.pt")}
+    assert bench.main(args) == 0  # finished runs and their evaluations are reused
+    assert "trained " not in capsys.readouterr().out
+    assert {p: p.stat().st_mtime for p in out.glob("m*/last.pt")} == stamps
+
+    with pytest.raises(SystemExit, match="--known 3="):
+        bench.main([*args, "--known", "3=" + str(tmp_path / "nothing")])
