@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,18 @@ from asr.config import Config, apply_override
 from asr.features import CMVN, Fbank
 from asr.model import Seq2Seq
 from asr.tokenizer import SentencePieceTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_bench(name: str) -> types.ModuleType:
+    """bench/<name>.py as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_bench
 from tests.test_train import TINY, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def bench_module():
-    spec = importlib.util.spec_from_file_location(
-        "budget_scaling", REPO / "bench" / "budget_scaling.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_fit_solves_for_the_target() -> None:
-    bench = bench_module()
+    bench = load_bench("budget_scaling")
     # 50% at 1 minute, 40% at 2: -10 points per doubling reaches 10% at 2**4 minutes.
     assert bench.needed_minutes([(1, 0.5), (2, 0.4)], 0.10) == pytest.approx(16.0)
     assert bench.needed_minutes([(1, 0.5), (4, 0.5)], 0.10) == math.inf
@@ -34,7 +24,7 @@ def test_fit_solves_for_the_target() -> None:
 def test_trains_each_budget_once_and_fits_the_held_out_wer(
     tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = bench_module()
+    bench = load_bench("budget_scaling")
     data, out = tmp_path / "data", tmp_path / "scaling"
     data.mkdir()
     write_manifest(data / "train.jsonl", speech_dir, copies=3)

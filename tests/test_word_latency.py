@@ -3,7 +3,6 @@ model, and the comparison of two models over a manifest."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,24 +10,15 @@ import pytest
 import soundfile
 
 from asr.bundle import load_model
+from tests.conftest import load_bench
 
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "tests" / "data" / "heldout"
 MODEL = REPO / "models" / "default"
 
 
-def bench_module():
-    spec = importlib.util.spec_from_file_location(
-        "word_latency", REPO / "bench" / "word_latency.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_words_settle_while_the_audio_still_streams() -> None:
-    bench = bench_module()
+    bench = load_bench("word_latency")
     recognizer = load_model(MODEL)
     rows = [
         json.loads(line) for line in (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()
@@ -49,7 +39,7 @@ def test_words_settle_while_the_audio_still_streams() -> None:
 def test_a_model_against_itself_shows_every_word_at_the_same_time(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    bench = bench_module()
+    bench = load_bench("word_latency")
     manifest = HELDOUT / "test_seen_voices.jsonl"
     args = ["--model", str(MODEL), "--baseline", str(MODEL), "--manifest", str(manifest)]
     assert bench.main([*args, "--limit", "4"]) == 0
