@@ -1,31 +1,38 @@
-"""How the default recipe's held-out WER falls with its training budget, and what budget
-the issue's targets would need at that rate.
+"""How the default recipe's held-out WER falls with its training compute, and how much
+compute the issue's targets would need at that rate.
 
-Trains a config (--config, training/configs/default.yaml by default; --set overrides) once per --minutes of
-training time, --jobs at a time on one thread each, as the recipe runs its two models;
-every run's cosine schedule spans its own budget, so each ends at its low learning rate.
-Each best bundle is scored greedily on the corpus's held-out splits (cached beside the
-run, as publish_model caches them). Per split, WER is fitted as a + b * log2(minutes)
-by least squares and the fit is solved for the target. Gains per doubling shrink as a
-model nears what it can learn, so a straight line on a log axis is the optimistic
-reading: the budget it prints is a lower bound for this model and data.
+Trains a config (--config, training/configs/default.yaml by default; --set overrides)
+once per --minutes of training time, --jobs at a time on one thread each, as the recipe
+runs its two models; every run's cosine schedule spans its own budget, so each ends at its
+low learning rate. Each best bundle is scored greedily on the corpus's held-out splits
+(cached beside the run, as publish_model caches them). Compute is counted in training
+steps (batches of train.max_batch_seconds of audio), not minutes: machines of the same
+kind differ (the shipped model made 258 steps a minute; a later machine, 145). Per
+split, WER is fitted as a + b * log2(steps) by least squares and solved for the target,
+and the steps are turned into hours at the rate measured here. Gains per doubling shrink
+as a model nears what it can learn, so a straight line on a log axis is the optimistic
+reading: the compute it prints is a lower bound for this model and data.
 
     python bench/budget_scaling.py --data data/synth --out exp/scaling --minutes 19 38 \\
-        --known 75=models/default --set train.seed=1 train.tokenizer=models/default/tokenizer.model
+        --known models/default --set train.seed=1 train.tokenizer=models/default/tokenizer.model
 
---known M=BUNDLE adds a bundle already trained by this recipe for M minutes (the shipped
-model: seed 1, its tokenizer) as a point without training it again. Rerunning resumes:
-finished runs and fresh evaluations are reused, a cut-off run continues (--resume).
+--known BUNDLE adds a published bundle (its metrics.json gives its steps; the shipped one
+was trained by this recipe with seed 1 and that tokenizer) as a point without training
+it again. Rerunning resumes: finished runs and fresh evaluations are reused, and a
+cut-off run continues (--resume).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -87,23 +94,21 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def needed_minutes(points: list[tuple[float, float]], target: float) -> float:
-    """The budget where the log2-linear fit of (minutes, WER) reaches ``target`` (inf if it
-    does not fall)."""
-    a, b = fit_line([math.log2(m) for m, _ in points], [w for _, w in points])
+def needed_steps(points: list[tuple[float, float]], target: float) -> float:
+    """The training steps where the log2-linear fit of (steps, WER) reaches ``target`` (inf if
+    WER does not fall with steps)."""
+    a, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
     return 2 ** ((target - a) / b) if b < 0 else math.inf
 
 
-def parse_known(items: list[str]) -> dict[float, Path]:
-    known = {}
-    for item in items:
-        minutes, sep, bundle = item.partition("=")
-        if not sep or not (Path(bundle) / "model.safetensors").is_file():
-            raise SystemExit(
-                f"--known {item}: expected MINUTES=BUNDLE_DIR with a model.safetensors"
-            )
-        known[float(minutes)] = Path(bundle).resolve()
-    return known
+def known_facts(bundle: Path) -> dict[str, Any]:
+    """Steps, epochs and minutes of a published bundle (its metrics.json, publish_model's)."""
+    metrics = bundle / "metrics.json"
+    if not (bundle / "model.safetensors").is_file() or not metrics.is_file():
+        raise SystemExit(
+            f"--known {bundle}: expected a published bundle (model.safetensors, metrics.json)"
+        )
+    return json.loads(metrics.read_text())["monotonic"]["training"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "synth")
     parser.add_argument("--out", type=Path, default=ROOT / "exp" / "scaling")
     parser.add_argument("--minutes", type=float, nargs="*", default=[19, 38, 75])
-    parser.add_argument("--known", nargs="*", default=[], help="MINUTES=BUNDLE, not trained")
+    parser.add_argument(
+        "--known", type=Path, nargs="*", default=[], help="published bundles, not trained again"
+    )
     parser.add_argument("--set", nargs="*", default=[], help="config overrides for every run")
     parser.add_argument("--jobs", type=int, default=2, help="trainings at once (one thread each)")
     args = parser.parse_args(argv)
-    known = parse_known(args.known)
+    known = {bundle.resolve(): known_facts(bundle) for bundle in args.known}
+    if not args.minutes or len(args.minutes) + len(known) < 2:
+        raise SystemExit(
+            "needs two points or more, one of them trained here (--minutes) for this machine's rate"
+        )
     for split in ("train", "dev", *SPLITS):
         if not (args.data / f"{split}.jsonl").is_file():
             raise SystemExit(
@@ -126,38 +137,38 @@ def main(argv: list[str] | None = None) -> int:
             )
     args.out.mkdir(parents=True, exist_ok=True)
     train_all(args.config, args.data, args.out, sorted(args.minutes), args.set, args.jobs)
-    for minutes, bundle in known.items():
-        link = args.out / f"m{minutes:g}" / "best_bundle"
-        link.parent.mkdir(exist_ok=True)
-        if not link.exists():
-            link.symlink_to(bundle)
-    budgets = sorted({*args.minutes, *known})
-    if len(budgets) < 2:
-        raise SystemExit("needs at least two budgets (--minutes and --known together)")
-    rows = []
-    for minutes in budgets:
+    rows = []  # (label, run dir, training facts)
+    for minutes in sorted(args.minutes):
         run = args.out / f"m{minutes:g}"
-        evals = evaluate_run(run, args.data)
-        facts = training_facts(run) if (run / "last.pt").is_file() else None
-        rows.append((minutes, facts, {s: evals[s]["wer"]["rate"] for s in SPLITS}))
-    print("\n| minutes | steps | epochs | valid loss | " + " | ".join(SPLITS) + " |")
+        rows.append((f"{minutes:g} min here", run, training_facts(run)))
+    for bundle, facts in known.items():
+        run = args.out / f"known-{bundle.name}"
+        run.mkdir(exist_ok=True)
+        if not (run / "best_bundle").exists():
+            (run / "best_bundle").symlink_to(bundle)
+        rows.append((f"{facts['minutes']:g} min, {bundle.name}", run, facts))
+    rows.sort(key=lambda row: row[2]["steps"])
+    wers = [
+        {s: e["wer"]["rate"] for s, e in evaluate_run(run, args.data).items()} for _, run, _ in rows
+    ]
+    print("\n| run | steps | epochs | steps per minute | " + " | ".join(SPLITS) + " |")
     print("|---|---|---|---|" + "---|" * len(SPLITS))
-    for minutes, facts, wers in rows:
-        trained = (
-            f"{facts['steps']} | {facts['epochs']} | {facts['history'][-1]['valid_loss']:.3f}"
-            if facts
-            else "(given) | | "
-        )
-        cells = " | ".join(f"{100 * wers[s]:.2f}%" for s in SPLITS)
-        print(f"| {minutes:g} | {trained} | {cells} |")
-    print()
+    for (label, _, facts), wer in zip(rows, wers):
+        cells = " | ".join(f"{100 * wer[s]:.2f}%" for s in SPLITS)
+        rate = facts["steps"] / facts["minutes"]
+        print(f"| {label} | {facts['steps']} | {facts['epochs']} | {rate:.0f} | {cells} |")
+    here = statistics.median(
+        facts["steps"] / facts["minutes"] for label, _, facts in rows if label.endswith(" here")
+    )
+    print(f"\nthis machine: {here:.0f} steps per training minute (one thread, runs side by side)")
     for split in SPLITS:
-        points = [(minutes, wers[split]) for minutes, _, wers in rows]
-        a, b = fit_line([math.log2(m) for m, _ in points], [w for _, w in points])
-        need = needed_minutes(points, TARGETS[split])
+        points = [(facts["steps"], wer[split]) for (_, _, facts), wer in zip(rows, wers)]
+        a, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
+        need = needed_steps(points, TARGETS[split])
         print(
-            f"{split}: WER {100 * a:.1f}% {100 * b:+.2f} points per doubling of minutes; "
-            f"{100 * TARGETS[split]:.0f}% at {need:,.0f} minutes ({need / 60:,.1f} h) of one core"
+            f"{split}: {100 * b:+.2f} WER points per doubling of steps; "
+            f"{100 * TARGETS[split]:.0f}% at {need:,.0f} steps, {need / here / 60:,.0f} h of "
+            "training on this machine"
         )
     return 0
 

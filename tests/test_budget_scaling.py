@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_fit_solves_for_the_target() -> None:
     bench = load_bench("budget_scaling")
-    # 50% at 1 minute, 40% at 2: -10 points per doubling reaches 10% at 2**4 minutes.
-    assert bench.needed_minutes([(1, 0.5), (2, 0.4)], 0.10) == pytest.approx(16.0)
-    assert bench.needed_minutes([(1, 0.5), (4, 0.5)], 0.10) == math.inf
+    # 50% at 1 step, 40% at 2: -10 points per doubling reaches 10% at 2**4 steps.
+    assert bench.needed_steps([(1, 0.5), (2, 0.4)], 0.10) == pytest.approx(16.0)
+    assert bench.needed_steps([(1, 0.5), (4, 0.5)], 0.10) == math.inf
 
 
 def test_trains_each_budget_once_and_fits_the_held_out_wer(
@@ -35,25 +35,28 @@ def test_trains_each_budget_once_and_fits_the_held_out_wer(
     assert bench.main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count("trained ") == 2
-    wers = {}
+    wers, rates = [], []
     for minutes in ("0.05", "0.15"):
         run = out / f"m{minutes}"
         seen = json.loads((run / "eval_test_seen_voices" / "summary.json").read_text())
-        wers[float(minutes)] = seen["wer"]["rate"]
-        row = next(line for line in printed.splitlines() if line.startswith(f"| {minutes} |"))
-        assert f"{100 * seen['wer']['rate']:.2f}%" in row
-        assert bench.training_facts(run)["minutes"] >= float(minutes) - 0.05
-    need = bench.needed_minutes(sorted(wers.items()), 0.10)
+        facts = bench.training_facts(run)
+        assert facts["minutes"] >= float(minutes) - 0.05
+        wers.append((facts["steps"], seen["wer"]["rate"]))
+        rates.append(facts["steps"] / facts["minutes"])
+        row = next(line for line in printed.splitlines() if line.startswith(f"| {minutes} min"))
+        assert f"| {facts['steps']} |" in row and f"{100 * seen['wer']['rate']:.2f}%" in row
+    need = bench.needed_steps(wers, 0.10)
     line = next(line for line in printed.splitlines() if line.startswith("test_seen_voices:"))
     if math.isfinite(need):
-        assert f"{need:,.0f} minutes" in line
+        hours = need / (sum(rates) / 2) / 60
+        assert f"{need:,.0f} steps, {hours:,.0f} h" in line
     else:
-        assert "inf minutes" in line
+        assert "inf steps" in line
 
     stamps = {p: p.stat().st_mtime for p in out.glob("m*/last.pt")}
     assert bench.main(args) == 0  # finished runs and their evaluations are reused
     assert "trained " not in capsys.readouterr().out
     assert {p: p.stat().st_mtime for p in out.glob("m*/last.pt")} == stamps
 
-    with pytest.raises(SystemExit, match="--known 3="):
-        bench.main([*args, "--known", "3=" + str(tmp_path / "nothing")])
+    with pytest.raises(SystemExit, match="--known .*published bundle"):
+        bench.main([*args, "--known", str(out / "m0.05" / "best_bundle")])  # no metrics.json
