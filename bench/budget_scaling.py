@@ -8,9 +8,11 @@ low learning rate. Each best bundle is scored greedily on the corpus's held-out 
 (cached beside the run, as publish_model caches them). Compute is counted in training
 steps (batches of train.max_batch_seconds of audio), not minutes: machines of the same
 kind differ (the shipped model made 258 steps a minute; a later machine, 145). Per
-split, WER is fitted as a + b * log2(steps) by least squares and solved for the target,
-and the steps are turned into hours at the rate measured here. Gains per doubling shrink
-as a model nears what it can learn, so a straight line on a log axis is the optimistic
+split, WER over the --fit largest runs is fitted as a + b * log2(steps) by least squares
+and solved for the target, and the steps are turned into hours at the rate measured here.
+The largest runs give the slope where the model is now: small budgets can stop before
+greedy decoding emits anything (WER 100%), which would steepen the line. Gains per
+doubling shrink as a model nears what it can learn, so even that slope is the optimistic
 reading: the compute it prints is a lower bound for this model and data.
 
     python bench/budget_scaling.py --data data/synth --out exp/scaling --minutes 19 38 \\
@@ -124,8 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--set", nargs="*", default=[], help="config overrides for every run")
     parser.add_argument("--jobs", type=int, default=2, help="trainings at once (one thread each)")
+    parser.add_argument("--fit", type=int, default=2, help="fit the line to this many largest runs")
     args = parser.parse_args(argv)
     known = {bundle.resolve(): known_facts(bundle) for bundle in args.known}
+    if args.fit < 2:
+        raise SystemExit("--fit: a line needs two runs or more")
     if not args.minutes or len(args.minutes) + len(known) < 2:
         raise SystemExit(
             "needs two points or more, one of them trained here (--minutes) for this machine's rate"
@@ -161,9 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         facts["steps"] / facts["minutes"] for label, _, facts in rows if label.endswith(" here")
     )
     print(f"\nthis machine: {here:.0f} steps per training minute (one thread, runs side by side)")
+    fitted = list(zip(rows, wers))[-args.fit :]
+    print(f"fitted to the {len(fitted)} largest runs: {', '.join(row[0] for row, _ in fitted)}")
     for split in SPLITS:
-        points = [(facts["steps"], wer[split]) for (_, _, facts), wer in zip(rows, wers)]
-        a, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
+        points = [(facts["steps"], wer[split]) for (_, _, facts), wer in fitted]
+        _, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
         need = needed_steps(points, TARGETS[split])
         print(
             f"{split}: {100 * b:+.2f} WER points per doubling of steps; "
