@@ -147,11 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         run = args.out / f"m{minutes:g}"
         rows.append((f"{minutes:g} min here", run, training_facts(run)))
     for bundle, facts in known.items():
-        run = args.out / f"known-{bundle.name}"
+        run = args.out / f"known-{bundle.parent.name}-{bundle.name}"  # exp/a/best_bundle too
         run.mkdir(exist_ok=True)
         if not (run / "best_bundle").exists():
             (run / "best_bundle").symlink_to(bundle)
-        rows.append((f"{facts['minutes']:g} min, {bundle.name}", run, facts))
+        rows.append((f"{facts['minutes']:g} min, {bundle.parent.name}/{bundle.name}", run, facts))
     rows.sort(key=lambda row: row[2]["steps"])
     wers = [
         {s: e["wer"]["rate"] for s, e in evaluate_run(run, args.data).items()} for _, run, _ in rows

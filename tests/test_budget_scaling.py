@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def test_trains_each_budget_once_and_fits_the_held_out_wer(
     write_manifest(data / "train.jsonl", speech_dir, copies=3)
     for split in ("dev", "test_seen_voices", "test_unseen_voices"):
         write_manifest(data / f"{split}.jsonl", speech_dir, count=4)
-    args = ["--config", str(TINY), "--data", str(data), "--out", str(out)]
-    args += ["--minutes", "0.05", "0.15", "--set", "train.valid_decode_max=4"]
+    base = ["--config", str(TINY), "--data", str(data), "--out", str(out)]
+    base += ["--set", "train.valid_decode_max=4"]
+    args = [*base, "--minutes", "0.05", "0.15"]
     assert bench.main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count("trained ") == 2
@@ -57,6 +59,18 @@ def test_trains_each_budget_once_and_fits_the_held_out_wer(
     assert bench.main(args) == 0  # finished runs and their evaluations are reused
     assert "trained " not in capsys.readouterr().out
     assert {p: p.stat().st_mtime for p in out.glob("m*/last.pt")} == stamps
+
+    # A published bundle joins as a point with its metrics.json's steps, and is not trained.
+    published = tmp_path / "models" / "default"
+    shutil.copytree(out / "m0.15" / "best_bundle", published)
+    facts = {"steps": 10_000, "epochs": 9.0, "minutes": 75.0}
+    (published / "metrics.json").write_text(json.dumps({"monotonic": {"training": facts}}))
+    assert bench.main([*base, "--minutes", "0.05", "--known", str(published)]) == 0
+    printed = capsys.readouterr().out
+    assert "trained " not in printed
+    row = next(line for line in printed.splitlines() if "models/default" in line)
+    assert row.startswith("| 75 min, models/default | 10000 | 9.0 | 133 |")
+    assert "fitted to the 2 largest runs: 0.05 min here, 75 min, models/default" in printed
 
     with pytest.raises(SystemExit, match="--known .*published bundle"):
         bench.main([*args, "--known", str(out / "m0.05" / "best_bundle")])  # no metrics.json
