@@ -137,12 +137,10 @@ def evaluate(
 
 
 def field_values(entries: list[Entry], name: str, manifest: Path) -> list[str]:
-    """Each entry's value of manifest field ``name`` (id, text and the extra fields), as text."""
+    """Each entry's value of the manifest field ``name`` (beyond id, audio, text, times), as text."""
     values = []
     for entry in entries:
-        value = entry.extra.get(
-            name, getattr(entry, name, None) if name in ("id", "text") else None
-        )
+        value = entry.extra.get(name)
         if value is None or isinstance(value, (dict, list)):
             raise ValueError(
                 f"--by {name}: utterance {entry.id} of {manifest} has "
