@@ -7,7 +7,7 @@ runs its two models; every run's cosine schedule spans its own budget, so each e
 low learning rate. Each best bundle is scored greedily on the corpus's held-out splits
 (cached beside the run, as publish_model caches them). Compute is counted in training
 steps (batches of train.max_batch_seconds of audio), not minutes: machines of the same
-kind differ (the shipped model made 258 steps a minute; a later machine, 145). Per
+kind differ (the shipped model made 258 steps a minute; a later machine, 129 to 145). Per
 split, WER over the --fit largest runs is fitted as a + b * log2(steps) by least squares
 and solved for the target, and the steps are turned into hours at the rate measured here.
 The largest runs give the slope where the model is now: small budgets can stop before
@@ -96,10 +96,14 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def needed_steps(points: list[tuple[float, float]], target: float) -> float:
-    """The training steps where the log2-linear fit of (steps, WER) reaches ``target`` (inf if
-    WER does not fall with steps)."""
-    a, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
+def log2_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """a, b of WER = a + b * log2(steps), fitted to (steps, WER) points."""
+    return fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
+
+
+def needed_steps(a: float, b: float, target: float) -> float:
+    """The training steps where the fitted line reaches ``target`` (inf if WER does not fall
+    with steps)."""
     return 2 ** ((target - a) / b) if b < 0 else math.inf
 
 
@@ -146,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for minutes in sorted(args.minutes):
         run = args.out / f"m{minutes:g}"
         rows.append((f"{minutes:g} min here", run, training_facts(run)))
+    here = statistics.median(facts["steps"] / facts["minutes"] for _, _, facts in rows)
     for bundle, facts in known.items():
         run = args.out / f"known-{bundle.parent.name}-{bundle.name}"  # exp/a/best_bundle too
         run.mkdir(exist_ok=True)
@@ -162,16 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         cells = " | ".join(f"{100 * wer[s]:.2f}%" for s in SPLITS)
         rate = facts["steps"] / facts["minutes"]
         print(f"| {label} | {facts['steps']} | {facts['epochs']} | {rate:.0f} | {cells} |")
-    here = statistics.median(
-        facts["steps"] / facts["minutes"] for label, _, facts in rows if label.endswith(" here")
-    )
     print(f"\nthis machine: {here:.0f} steps per training minute (one thread, runs side by side)")
     fitted = list(zip(rows, wers))[-args.fit :]
     print(f"fitted to the {len(fitted)} largest runs: {', '.join(row[0] for row, _ in fitted)}")
     for split in SPLITS:
-        points = [(facts["steps"], wer[split]) for (_, _, facts), wer in fitted]
-        _, b = fit_line([math.log2(n) for n, _ in points], [w for _, w in points])
-        need = needed_steps(points, TARGETS[split])
+        a, b = log2_fit([(facts["steps"], wer[split]) for (_, _, facts), wer in fitted])
+        need = needed_steps(a, b, TARGETS[split])
         print(
             f"{split}: {100 * b:+.2f} WER points per doubling of steps; "
             f"{100 * TARGETS[split]:.0f}% at {need:,.0f} steps, {need / here / 60:,.0f} h of "

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_fit_solves_for_the_target() -> None:
     bench = load_bench("budget_scaling")
     # 50% at 1 step, 40% at 2: -10 points per doubling reaches 10% at 2**4 steps.
-    assert bench.needed_steps([(1, 0.5), (2, 0.4)], 0.10) == pytest.approx(16.0)
-    assert bench.needed_steps([(1, 0.5), (4, 0.5)], 0.10) == math.inf
+    assert bench.needed_steps(*bench.log2_fit([(1, 0.5), (2, 0.4)]), 0.10) == pytest.approx(16.0)
+    assert bench.needed_steps(*bench.log2_fit([(1, 0.5), (4, 0.5)]), 0.10) == math.inf
 
 
 def test_trains_each_budget_once_and_fits_the_held_out_wer(
@@ -47,7 +47,7 @@ def test_trains_each_budget_once_and_fits_the_held_out_wer(
         rates.append(facts["steps"] / facts["minutes"])
         row = next(line for line in printed.splitlines() if line.startswith(f"| {minutes} min"))
         assert f"| {facts['steps']} |" in row and f"{100 * seen['wer']['rate']:.2f}%" in row
-    need = bench.needed_steps(wers, 0.10)
+    need = bench.needed_steps(*bench.log2_fit(wers), 0.10)
     line = next(line for line in printed.splitlines() if line.startswith("test_seen_voices:"))
     if math.isfinite(need):
         hours = need / (sum(rates) / 2) / 60

@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     entries, _ = read_manifest(args.manifest)
     if not entries:
         raise ValueError(f"{args.manifest}: no usable utterances")
-    for name in args.by:  # before decoding: a typo should not cost a whole evaluation
-        field_values(entries, name, args.manifest)
+    # Read before decoding: a missing field should not cost a whole evaluation.
+    groupings = {name: field_values(entries, name, args.manifest) for name in args.by}
     by_id = {e.id: e for e in entries}
     unknown = [i for i in args.plot if i not in by_id]
     if unknown:
@@ -98,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
         summary["by_train_frequency"] = errors_by_frequency(
             [r["ref"] for r in records], [r["hyp"] for r in records], counts
         )
-    if args.by:
+    if groupings:
         summary["by_field"] = {
-            name: errors_by_field(records, field_values(entries, name, args.manifest), args.phones)
-            for name in args.by
+            name: errors_by_field(records, values, args.phones)
+            for name, values in groupings.items()
         }
     with open(out / "results.jsonl", "w", encoding="utf-8") as f:
         for record in records:
