@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "train": "training.train",
     "eval": "training.evaluate",
     "lm": "training.lm_cli",
+    "import-whisper": "training.whisper_import",
 }
 
 

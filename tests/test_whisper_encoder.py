@@ -1,0 +1,158 @@
+"""Whisper's front end and encoder against references (faster-whisper's log-mel, CTranslate2's
+encoder), and streaming against offline: equal bit for bit, in bounded memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asr.audio import read_audio
+from asr.whisper_encoder import Streaming, WhisperDims, WhisperEncoder, load_encoder
+from asr.whisper_features import SAMPLE_RATE, StreamingWhisperMel, log_mel
+
+REPO = Path(__file__).resolve().parents[1]
+HELDOUT = sorted((REPO / "tests" / "data" / "heldout").glob("*/*.flac"))
+STREAMING = Streaming(chunk=8, left_context=48)
+
+
+def _audio(index: int) -> np.ndarray:
+    samples, rate = read_audio(HELDOUT[index])
+    assert rate == SAMPLE_RATE
+    return samples
+
+
+def _chunks(n: int, chunking: str, seed: int = 0) -> list[int]:
+    if chunking == "random":
+        return [int(s) for s in np.random.default_rng(seed).integers(1, 9000, size=n // 100 + 1)]
+    size = {"10ms": 160, "1s": 16000}[chunking]
+    return [size] * (n // size + 1)
+
+
+@pytest.fixture(scope="module")
+def teacher() -> WhisperEncoder:
+    return load_encoder(REPO / "models" / "whisper-base")
+
+
+@pytest.mark.parametrize("index", [0, 5, 13, 20])
+def test_log_mel_matches_faster_whisper(index: int) -> None:
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    samples = _audio(index)
+    reference = FeatureExtractor()(samples).T  # Whisper's floor: the utterance's max - 8
+    ours = log_mel(samples, floor=None)
+    assert ours.shape == (len(samples) // 160, 80)
+    np.testing.assert_allclose(ours, reference[: len(ours)], rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("chunking", ["10ms", "random", "1s"])
+def test_streamed_log_mel_equals_batch(chunking: str) -> None:
+    samples = _audio(3)
+    stream = StreamingWhisperMel()
+    parts, start = [], 0
+    for size in _chunks(len(samples), chunking):
+        if start < len(samples):
+            parts.append(stream.accept(samples[start : start + size]))
+        start += size
+    parts.append(stream.finish())
+    np.testing.assert_array_equal(np.concatenate(parts), log_mel(samples))
+    with pytest.raises(ValueError, match="finish"):
+        stream.finish()
+
+
+def test_constant_floor_only_differs_below_it() -> None:
+    samples = _audio(7)
+    fixed, whisper = log_mel(samples), log_mel(samples, floor=None)
+    above = (whisper > whisper.min()) & (fixed > fixed.min())  # above both floors
+    assert above.mean() > 0.5
+    np.testing.assert_array_equal(fixed[above], whisper[above])
+    assert fixed.min() == pytest.approx((-7.0 + 4) / 4)
+
+
+def test_full_attention_matches_ctranslate2(teacher: WhisperEncoder, ct2_whisper_dir: Path) -> None:
+    import ctranslate2
+
+    samples = np.zeros(30 * SAMPLE_RATE, dtype=np.float32)
+    utterance = _audio(1)
+    samples[: len(utterance)] = utterance  # padded to 30 s, as Whisper encodes
+    mel = log_mel(samples, floor=None)
+    model = ctranslate2.models.Whisper(str(ct2_whisper_dir), device="cpu", compute_type="float32")
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel.T[None]))
+    reference = np.array(model.encode(features, to_cpu=True))[0]
+    with torch.no_grad():
+        ours = teacher(torch.from_numpy(mel)[None])[0][0].numpy()
+    assert ours.shape == reference.shape == (1500, 512)
+    error = np.abs(ours - reference).max()
+    # The weights are float16; both sides compute in float32. Measured: 4.2e-4 (1.7e-5 of the
+    # largest value): a few float16 ulps at the largest activations.
+    assert error < 1e-3 and error / np.abs(reference).max() < 5e-5
+
+
+def _stream_states(encoder: WhisperEncoder, samples: np.ndarray, sizes: list[int]) -> torch.Tensor:
+    mel, stream = StreamingWhisperMel(), encoder.stream(STREAMING)
+    out, start = [], 0
+    for size in sizes:
+        if start < len(samples):
+            out.append(stream.accept(torch.from_numpy(mel.accept(samples[start : start + size]))))
+        start += size
+    out.append(stream.accept(torch.from_numpy(mel.finish())))
+    out.append(stream.finish())
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("chunking", ["10ms", "random", "1s"])
+def test_streaming_encoder_equals_offline(teacher: WhisperEncoder, chunking: str) -> None:
+    samples = _audio(2)
+    offline = _stream_states(teacher, samples, [len(samples)])
+    streamed = _stream_states(teacher, samples, _chunks(len(samples), chunking, seed=4))
+    assert offline.shape == ((len(samples) // 160 + 1) // 2, 512)
+    assert torch.equal(streamed, offline)
+    # the batched form used for training: the same mask, other kernels (rounding only)
+    with torch.no_grad():
+        batched, lengths = teacher(torch.from_numpy(log_mel(samples))[None], streaming=STREAMING)
+    assert int(lengths[0]) == len(offline)
+    assert (batched[0] - offline).abs().max() < 2e-3
+
+
+def test_padded_batch_matches_each_utterance(teacher: WhisperEncoder) -> None:
+    mels = [torch.from_numpy(log_mel(_audio(i))) for i in (0, 4)]
+    lengths = torch.tensor([len(m) for m in mels])
+    padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)
+    with torch.no_grad():
+        batch, out_lengths = teacher(padded, lengths, streaming=STREAMING)
+        for row, mel in enumerate(mels):
+            alone, _ = teacher(mel[None], streaming=STREAMING)
+            n = int(out_lengths[row])
+            assert n == alone.shape[1]
+            assert (batch[row, :n] - alone[0]).abs().max() < 2e-3
+
+
+def test_stream_memory_is_bounded_past_the_position_table() -> None:
+    """A tiny random encoder through 100 s (3.3 position tables): what a stream holds stops
+    growing, and states keep coming past 30 s."""
+    torch.manual_seed(0)
+    dims = WhisperDims(n_mels=80, d_model=16, n_heads=2, n_layers=2, n_ctx=1500)
+    encoder = WhisperEncoder(dims).eval()
+    encoder.positions.normal_()
+    stream = encoder.stream(Streaming(chunk=8, left_context=200))
+    rng = np.random.default_rng(0)
+    held = []
+    states = 0
+    for _ in range(100):
+        states += len(stream.accept(torch.from_numpy(rng.standard_normal((100, 80), np.float32))))
+        held.append((len(stream._mel), [k.shape[2] for k, _ in stream._cache if k is not None]))
+    assert states == stream.states >= 5000 - 8
+    assert all(mel <= 2 * 8 + 3 for mel, _ in held)
+    assert all(cache == [200, 200] for _, cache in held[10:])
+    assert torch.isfinite(stream.finish()).all()
+
+
+def test_streaming_settings_are_checked(teacher: WhisperEncoder) -> None:
+    with pytest.raises(ValueError, match="at most 1500"):
+        teacher.stream(Streaming(chunk=100, left_context=1450))
+    with pytest.raises(ValueError, match="chunk >= 1"):
+        teacher.stream(Streaming(chunk=0))
+    with pytest.raises(ValueError, match="full attention covers at most 1500"):
+        teacher(torch.zeros(1, 3002, 80))

