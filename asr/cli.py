@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "eval": "training.evaluate",
     "lm": "training.lm_cli",
     "import-whisper": "training.whisper_import",
+    "distill": "training.distill",
 }
 
 

@@ -78,8 +78,20 @@ class TokenizerConfig:
 
 
 @dataclass
+class WhisperConfig:
+    """The pretrained Whisper-base encoder as the front end (``model.frontend: whisper``)."""
+
+    teacher: str = "models/whisper-base"  # the imported weights (`asr import-whisper`)
+    # log10 mel-power floor: a constant, since Whisper's "utterance maximum - 8" cannot stream
+    floor: float = -7.0
+    chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
+    left_context: int = 500  # states before a chunk that it attends to (10 s)
+
+
+@dataclass
 class ModelConfig:
     features: FeatureConfig = field(default_factory=FeatureConfig)
+    whisper: WhisperConfig = field(default_factory=WhisperConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
@@ -165,10 +177,42 @@ class TrainConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Distillation of a streaming student from the full-attention Whisper teacher
+    (``asr distill``); the student's mask is ``model.whisper``'s."""
+
+    train_manifests: list[str] = field(default_factory=list)  # unlabelled audio (text unused)
+    valid_manifest: str = ""  # held-out audio for the student-teacher distance
+    cache_dir: str = "data/teacher"  # teacher outputs, computed once per utterance
+    lr: float = 1e-4
+    warmup_steps: int = 200
+    final_lr_ratio: float = 0.1
+    max_batch_seconds: float = 60.0
+    epochs: int = 1
+    # stop after this many steps (0: no limit); the schedule runs over the epochs regardless
+    max_steps: int = 0
+    # training time, resumes included (0: no limit); with a limit the schedule runs over it
+    max_minutes: float = 0.0
+    # the student's state t + delay learns the teacher's state t: delay states (20 ms each)
+    # of extra lookahead
+    delay: int = 0
+    adapter_rank: int = 0  # 0: train every weight; r > 0: low-rank adapters on the linears
+    # share of utterances given a random position phase, so the student learns the wrap of
+    # Whisper's 30 s position table that long streams go through
+    position_offset_share: float = 0.5
+    seed: int = 0
+    threads: int = 0
+    log_every: int = 10
+    valid_every: int = 200
+    checkpoint_every: int = 50
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     format_version: int = FORMAT_VERSION
 
     # --- (de)serialisation -------------------------------------------------

@@ -1,0 +1,107 @@
+"""asr distill for real, on a tiny Whisper-shaped teacher: teacher states are cached once, the
+student gets nearer the teacher on held-out audio, and a resumed run ends where an
+uninterrupted one does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from asr.cli import main
+from asr.whisper_encoder import WhisperDims, WhisperEncoder, load_encoder
+from tests.conftest import speech_files
+from training.distill import save_encoder
+
+DIMS = WhisperDims(n_mels=80, d_model=32, n_heads=4, n_layers=2, n_ctx=1500)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
+    """A random tiny teacher with Whisper's sinusoidal positions, and train/valid manifests."""
+    root = tmp_path_factory.mktemp("distill")
+    torch.manual_seed(0)
+    teacher = WhisperEncoder(DIMS)
+    t = torch.arange(DIMS.n_ctx).unsqueeze(1)
+    rate = torch.exp(-np.log(10000) / (DIMS.d_model // 2 - 1) * torch.arange(DIMS.d_model // 2))
+    teacher.positions.copy_(torch.cat([torch.sin(t * rate), torch.cos(t * rate)], dim=1))
+    save_encoder(teacher, root / "teacher", {})
+    files = speech_files(speech_dir)
+    for name, part in (("train", files[:16]), ("valid", files[16:])):
+        with open(root / f"{name}.jsonl", "w") as f:
+            for i, (wav, text) in enumerate(part):
+                row = {"id": f"{name}{i}", "audio": str(wav), "text": text, "duration": 2.0}
+                f.write(json.dumps(row) + "\n")
+    (root / "config.yaml").write_text(
+        f"""model:
+  whisper: {{teacher: {root / "teacher"}, chunk: 4, left_context: 16}}
+distill:
+  train_manifests: [{root / "train.jsonl"}]
+  valid_manifest: {root / "valid.jsonl"}
+  cache_dir: {root / "cache"}
+  lr: 1.0e-3
+  position_offset_share: 0.0
+  warmup_steps: 2
+  max_batch_seconds: 8
+  epochs: 50
+  valid_every: 1000
+  checkpoint_every: 4
+  log_every: 100
+"""
+    )
+    return root
+
+
+def _distill(setup: Path, out: Path, *overrides: str, resume: bool = False) -> list[dict]:
+    args = ["distill", "--config", str(setup / "config.yaml"), "--out", str(out), *overrides]
+    assert main(args + (["--resume"] if resume else [])) == 0
+    return torch.load(out / "last.pt", weights_only=False)["history"]
+
+
+def test_distillation_brings_the_student_nearer_the_teacher(setup: Path) -> None:
+    history = _distill(setup, setup / "run", "distill.max_steps=60")
+    assert len(list((setup / "cache").glob("*.npz"))) == 22  # every utterance, once
+    start, end = history[0], history[-1]
+    assert start["step"] == 0 and end["step"] == 60
+    assert end["rel_mse"] < 0.7 * start["rel_mse"] and end["cosine"] > start["cosine"]
+    student = load_encoder(setup / "run" / "student")
+    with safe_open(str(setup / "run" / "student" / "encoder.safetensors"), "pt") as f:
+        meta = f.metadata()
+    assert json.loads(meta["streaming"]) == {"chunk": 4, "left_context": 16}
+    assert float(meta["heldout_rel_mse"]) == pytest.approx(end["rel_mse"], abs=1e-5)
+    teacher = load_encoder(setup / "teacher")
+    assert not torch.equal(student.layers[0].qkv.weight, teacher.layers[0].qkv.weight)
+
+
+def test_resumed_run_ends_where_an_uninterrupted_one_does(setup: Path) -> None:
+    _distill(setup, setup / "whole", "distill.max_steps=8")
+    _distill(setup, setup / "split", "distill.max_steps=4")
+    _distill(setup, setup / "split", "distill.max_steps=8", resume=True)
+    whole = load_encoder(setup / "whole" / "student").state_dict()
+    split = load_encoder(setup / "split" / "student").state_dict()
+    assert all(torch.equal(whole[k], split[k]) for k in whole)
+
+
+def test_low_rank_adapters_train_only_the_adapters(setup: Path) -> None:
+    history = _distill(setup, setup / "lora", "distill.max_steps=12", "distill.adapter_rank=4")
+    assert history[-1]["rel_mse"] < history[0]["rel_mse"]
+    student, teacher = load_encoder(setup / "lora" / "student"), load_encoder(setup / "teacher")
+    assert torch.equal(student.conv1.weight, teacher.conv1.weight)  # frozen, not adapted
+    assert not torch.equal(student.layers[1].fc2.weight, teacher.layers[1].fc2.weight)  # merged
+
+
+def test_bad_settings_fail_before_any_work(
+    setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["distill", "--config", str(setup / "config.yaml"), "--out", str(tmp_path)]
+    assert main([*base, "distill.valid_manifest=nowhere.jsonl"]) == 2
+    assert "manifest nowhere.jsonl does not exist" in capsys.readouterr().err
+    assert main([*base, "model.whisper.chunk=0"]) == 2
+    assert "need chunk >= 1" in capsys.readouterr().err
+    assert main([*base, "--resume"]) == 2
+    assert "last.pt does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "config.json").exists()

@@ -1,0 +1,391 @@
+"""Distil a streaming Whisper encoder (the student) from the full-attention teacher.
+
+The teacher is Whisper-base's encoder with full attention over each utterance
+(model.whisper.teacher); the student is the same network under the streaming
+mask (model.whisper.chunk, left_context), initialised from the teacher and
+trained to reproduce the teacher's final states (relative squared error), on
+unlabelled audio. Teacher states are computed once per utterance and cached
+(distill.cache_dir, keyed by audio span and front-end settings), so an epoch
+costs only the student. Checkpoints (OUT/last.pt) carry everything needed to
+continue where a killed run stopped; the student with the lowest held-out
+distance is OUT/student/encoder.safetensors, loadable like the teacher.
+
+Examples:
+  asr distill --config training/configs/distill.yaml --out exp/distill \\
+      distill.train_manifests=[data/synth/train.jsonl] distill.valid_manifest=data/synth/dev.jsonl
+  asr distill --config exp/distill/config.json --out exp/distill --resume
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from asr.config import Config, WhisperConfig
+from asr.whisper_encoder import WEIGHTS_FILE, Streaming, WhisperEncoder, load_encoder
+from asr.whisper_features import SAMPLE_RATE, log_mel
+from training.dataset import entry_audio, make_batches
+from training.manifest import Entry, read_manifest
+from training.train import configure_cpu, lr_factor
+
+MAX_TEACHER_FRAMES = 3000  # Whisper's 30 s of log-mel frames
+TEACHER_BATCH_FRAMES = 6000  # padded log-mel frames per teacher batch (60 s)
+
+
+@dataclass
+class Cached:
+    """One utterance's cached log-mel frames and teacher states."""
+
+    id: str
+    path: Path
+    frames: int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, required=True, help="YAML or JSON config")
+    parser.add_argument("overrides", nargs="*", help="section.key=value settings")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = Config.load(args.config, args.overrides)
+    d = config.distill
+    if not d.train_manifests or not d.valid_manifest:
+        raise ValueError("distill.train_manifests and distill.valid_manifest must be set")
+    for manifest in [*d.train_manifests, d.valid_manifest]:
+        if not Path(manifest).is_file():
+            raise FileNotFoundError(f"manifest {manifest} does not exist")
+    if args.resume and not (args.out / "last.pt").is_file():
+        raise FileNotFoundError(f"--resume: {args.out / 'last.pt'} does not exist")
+    streaming(config.model.whisper).check(1500)
+    Distiller(config, args.out).fit(resume=args.resume)
+    return 0
+
+
+def streaming(cfg: WhisperConfig) -> Streaming:
+    return Streaming(chunk=cfg.chunk, left_context=cfg.left_context)
+
+
+def _cache_name(entry: Entry, cfg: WhisperConfig) -> str:
+    key = json.dumps([entry.audio, entry.offset, entry.end, cfg.teacher, cfg.floor])
+    return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
+
+
+@torch.no_grad()
+def cache_teacher(
+    entries: list[Entry], teacher: WhisperEncoder, cfg: WhisperConfig, cache_dir: Path, desc: str
+) -> list[Cached]:
+    """Log-mel frames and full-attention teacher states of each entry, computed once.
+
+    Missing entries are encoded in length-sorted padded batches of about 60 s, which
+    costs a third of one utterance at a time here.
+    """
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    paths = {e.id: cache_dir / _cache_name(e, cfg) for e in entries}
+    todo = [e for e in entries if not paths[e.id].is_file()]
+    skipped = 0
+    audio_cache: dict[str, np.ndarray] = {}
+    pending: list[tuple[Entry, np.ndarray]] = []
+    with tqdm(total=len(todo), desc=desc, unit="utt", leave=False) as bar:
+        for entry in sorted(todo, key=lambda e: e.duration or 0.0):
+            try:
+                mel = log_mel(entry_audio(entry, SAMPLE_RATE, audio_cache), cfg.floor)
+            except ValueError as err:
+                tqdm.write(f"skipping {entry.id}: {err}")
+                mel = np.zeros((0, 80), np.float32)
+            if not 2 <= len(mel) <= MAX_TEACHER_FRAMES:
+                skipped += 1
+                bar.update(1)
+                continue
+            pending.append((entry, mel))
+            if len(pending) * len(mel) >= TEACHER_BATCH_FRAMES:
+                _encode_and_save(pending, teacher, paths)
+                bar.update(len(pending))
+                pending = []
+        if pending:
+            _encode_and_save(pending, teacher, paths)
+            bar.update(len(pending))
+    found = []
+    for entry in entries:
+        if paths[entry.id].is_file():
+            with np.load(paths[entry.id]) as data:
+                found.append(Cached(entry.id, paths[entry.id], int(data["mel"].shape[0])))
+    print(
+        f"{desc}: {len(found)} utterances ({len(todo) - skipped} computed, {skipped} skipped: "
+        f"undecodable, shorter than 20 ms or longer than 30 s) in {cache_dir}"
+    )
+    return found
+
+
+def _encode_and_save(
+    batch: list[tuple[Entry, np.ndarray]], teacher: WhisperEncoder, paths: dict[str, Path]
+) -> None:
+    mels = [torch.from_numpy(mel) for _, mel in batch]
+    lengths = torch.tensor([len(m) for m in mels])
+    states, out_lengths = teacher(torch.nn.utils.rnn.pad_sequence(mels, batch_first=True), lengths)
+    for row, (entry, mel) in enumerate(batch):
+        path = paths[entry.id]
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        target = states[row, : int(out_lengths[row])].numpy().astype(np.float16)
+        with open(tmp, "wb") as f:
+            np.savez(f, mel=mel, teacher=target)
+        os.replace(tmp, path)
+
+
+def load_batch(items: list[Cached]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded log-mel [B, T, 80], lengths [B] and teacher states [B, ceil(T / 2), D]."""
+    mels, targets = [], []
+    for item in items:
+        with np.load(item.path) as data:
+            mels.append(torch.from_numpy(data["mel"]))
+            targets.append(torch.from_numpy(data["teacher"].astype(np.float32)))
+    lengths = torch.tensor([len(m) for m in mels])
+    pad = torch.nn.utils.rnn.pad_sequence
+    return pad(mels, batch_first=True), lengths, pad(targets, batch_first=True)
+
+
+def distance(
+    student: torch.Tensor, teacher: torch.Tensor, lengths: torch.Tensor, delay: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Squared error, teacher energy and cosine sum over valid states, the student ``delay``
+    states later: relative MSE = first / second, mean cosine = third / valid states."""
+    steps = teacher.shape[1] - delay
+    ours, theirs = student[:, delay : delay + steps], teacher[:, :steps]
+    valid = torch.arange(steps).unsqueeze(0) < (lengths - delay).unsqueeze(1)
+    ours, theirs = ours[valid], theirs[valid]
+    cosine = torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).sum()
+    return ((ours - theirs) ** 2).sum(), (theirs**2).sum(), cosine
+
+
+class LowRank(torch.nn.Module):
+    """y = W x + b + B A x with frozen W, b and trainable A (r x in), B (out x r; starts at 0)."""
+
+    def __init__(self, base: torch.nn.Linear, rank: int) -> None:
+        super().__init__()
+        self.base = base
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.down = torch.nn.Parameter(
+            torch.randn(rank, base.in_features) / math.sqrt(base.in_features)
+        )
+        self.up = torch.nn.Parameter(torch.zeros(base.out_features, rank))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + (x @ self.down.T) @ self.up.T
+
+    def merged(self) -> torch.nn.Linear:
+        """The plain linear layer these adapters amount to (what serving runs)."""
+        self.base.weight.data += self.up.data @ self.down.data
+        return self.base
+
+
+LINEARS = ("qkv", "out", "fc1", "fc2")
+
+
+def add_adapters(encoder: WhisperEncoder, rank: int) -> None:
+    """Freeze the encoder and put low-rank adapters on every layer's linear maps."""
+    for p in encoder.parameters():
+        p.requires_grad_(False)
+    for layer in encoder.layers:
+        for name in LINEARS:
+            setattr(layer, name, LowRank(getattr(layer, name), rank))
+
+
+def merge_adapters(encoder: WhisperEncoder) -> WhisperEncoder:
+    for layer in encoder.layers:
+        for name in LINEARS:
+            module = getattr(layer, name)
+            if isinstance(module, LowRank):
+                setattr(layer, name, module.merged())
+    return encoder
+
+
+def save_encoder(encoder: WhisperEncoder, directory: Path, meta: dict[str, str]) -> Path:
+    """Float16 weights in the teacher's format (``load_encoder`` reads both)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = {k: v.detach().half().contiguous() for k, v in encoder.state_dict().items()}
+    tmp = directory / f".{WEIGHTS_FILE}.tmp"
+    save_file(weights, str(tmp), metadata={**encoder.dims.to_metadata(), **meta})
+    os.replace(tmp, directory / WEIGHTS_FILE)
+    return directory / WEIGHTS_FILE
+
+
+class Distiller:
+    def __init__(self, config: Config, out: Path) -> None:
+        self.config = config
+        self.cfg = config.distill
+        self.whisper = config.model.whisper
+        self.out = out
+        self.streaming = streaming(self.whisper)
+        configure_cpu(self.cfg.threads)
+
+    def log(self, message: str) -> None:
+        tqdm.write(message)
+        with open(self.out / "distill.log", "a") as f:
+            f.write(message + "\n")
+
+    def prepare(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.config.save(self.out / "config.json")
+        teacher = load_encoder(self.whisper.teacher)
+        cache = Path(self.cfg.cache_dir)
+        train = [e for m in self.cfg.train_manifests for e in read_manifest(Path(m))[0]]
+        valid = read_manifest(Path(self.cfg.valid_manifest))[0]
+        held_out = {e.audio for e in valid}
+        train = [e for e in train if e.audio not in held_out]
+        self.train = cache_teacher(train, teacher, self.whisper, cache, "teacher states (train)")
+        self.valid = cache_teacher(valid, teacher, self.whisper, cache, "teacher states (valid)")
+        if not self.train or not self.valid:
+            raise ValueError("no usable utterances to distil from (see the messages above)")
+        self.student = teacher.train()
+        if self.cfg.adapter_rank > 0:
+            add_adapters(self.student, self.cfg.adapter_rank)
+        params = [p for p in self.student.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.Adam(params, lr=self.cfg.lr)
+        self.max_frames = int(self.cfg.max_batch_seconds * 100)
+        steps_per_epoch = len(make_batches([c.frames for c in self.train], self.max_frames, 0, 0))
+        self.total_steps = self.cfg.epochs * steps_per_epoch  # the schedule's horizon
+
+    def save_checkpoint(self, state: dict) -> None:
+        full = {
+            "student": self.student.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            **state,
+        }
+        tmp = self.out / ".last.pt.tmp"
+        torch.save(full, tmp)
+        os.replace(tmp, self.out / "last.pt")
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Relative squared error and mean cosine to the teacher on the held-out audio."""
+        self.student.eval()
+        error = energy = cosine = 0.0
+        count = 0
+        for batch in make_batches([c.frames for c in self.valid], self.max_frames, 0, 0, False):
+            mel, lengths, teacher = load_batch([self.valid[i] for i in batch])
+            states, _ = self.student(mel, lengths, self.streaming)
+            e, t, c = distance(states, teacher, lengths, self.cfg.delay)
+            error, energy, cosine = error + float(e), energy + float(t), cosine + float(c)
+            count += int((WhisperEncoder.output_lengths(lengths) - self.cfg.delay).sum())
+        self.student.train()
+        return {"rel_mse": error / energy, "cosine": cosine / count}
+
+    def fit(self, resume: bool = False) -> None:
+        self.prepare()
+        torch.manual_seed(self.cfg.seed)
+        state = {"epoch": 0, "batch": 0, "step": 0, "seconds": 0.0, "best": math.inf, "history": []}
+        if resume:
+            saved = torch.load(self.out / "last.pt", map_location="cpu", weights_only=False)
+            self.student.load_state_dict(saved.pop("student"))
+            self.optimizer.load_state_dict(saved.pop("optimizer"))
+            torch.set_rng_state(saved.pop("torch_rng"))
+            state.update(saved)
+            self.log(f"resumed at step {state['step']} (epoch {state['epoch'] + 1})")
+        else:
+            first = self.validate()
+            state["history"].append({"step": 0, **first})
+            self.log(
+                f"step 0 (the masked teacher): held-out rel MSE {first['rel_mse']:.4f}, cosine {first['cosine']:.4f}"
+            )
+        origin = time.monotonic() - state["seconds"]
+        budget = 60 * self.cfg.max_minutes
+        bar = tqdm(total=self.total_steps, initial=state["step"], desc="distill", unit="step")
+        stop = False
+        while state["epoch"] < self.cfg.epochs and not stop:
+            order = make_batches(
+                [c.frames for c in self.train], self.max_frames, self.cfg.seed, state["epoch"]
+            )
+            while state["batch"] < len(order):
+                loss = self._step(
+                    [self.train[i] for i in order[state["batch"]]],
+                    state,
+                    time.monotonic() - origin,
+                )
+                state["batch"] += 1
+                state["step"] += 1
+                state["seconds"] = time.monotonic() - origin
+                bar.update(1)
+                bar.set_postfix(rel_mse=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
+                stop = (self.cfg.max_steps and state["step"] >= self.cfg.max_steps) or (
+                    budget and state["seconds"] >= budget
+                )
+                if state["step"] % self.cfg.valid_every == 0 or stop:
+                    self._validate_and_keep(state)
+                if state["step"] % self.cfg.checkpoint_every == 0 or stop:
+                    self.save_checkpoint(state)
+                if stop:
+                    break
+            if not stop:
+                state["epoch"] += 1
+                state["batch"] = 0
+                self._validate_and_keep(state)
+                self.save_checkpoint(state)
+        bar.close()
+        self.log(
+            f"done: best held-out rel MSE {state['best']:.4f}; student in {self.out / 'student'}"
+        )
+
+    def _step(self, items: list[Cached], state: dict, seconds: float) -> float:
+        mel, lengths, teacher = load_batch(items)
+        rng = np.random.default_rng([self.cfg.seed, state["step"]])  # so a resume draws the same
+        shifted = rng.random(len(items)) < self.cfg.position_offset_share
+        phase = rng.integers(0, self.student.dims.n_ctx, len(items))
+        offsets = torch.from_numpy(np.where(shifted, phase, 0))
+        progress = seconds / (60 * self.cfg.max_minutes) if self.cfg.max_minutes else 0.0
+        factor = lr_factor(
+            state["step"],
+            self.cfg.warmup_steps,
+            self.total_steps,
+            self.cfg.final_lr_ratio,
+            progress,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.lr * factor
+        states, _ = self.student(mel, lengths, self.streaming, offsets)
+        error, energy, _ = distance(states, teacher, lengths, self.cfg.delay)
+        loss = error / energy
+        value = float(loss.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.student.parameters(), 1.0)
+        self.optimizer.step()
+        if state["step"] % self.cfg.log_every == 0:
+            self.log(f"step {state['step']}: rel MSE {value:.4f}, lr {self.cfg.lr * factor:.2e}")
+        return value
+
+    def _validate_and_keep(self, state: dict) -> None:
+        result = self.validate()
+        state["history"].append({"step": state["step"], **result})
+        better = result["rel_mse"] < state["best"]
+        self.log(
+            f"step {state['step']}: held-out rel MSE {result['rel_mse']:.4f}, "
+            f"cosine {result['cosine']:.4f}" + (" (best)" if better else "")
+        )
+        if better:
+            state["best"] = result["rel_mse"]
+            student = WhisperEncoder(self.student.dims)
+            student.load_state_dict(merge_adapters(copy.deepcopy(self.student)).state_dict())
+            meta = {
+                "teacher": self.whisper.teacher,
+                "streaming": json.dumps(dataclasses.asdict(self.streaming)),
+                "delay": str(self.cfg.delay),
+                "step": str(state["step"]),
+                "heldout_rel_mse": f"{result['rel_mse']:.5f}",
+            }
+            save_encoder(student, self.out / "student", meta)
