@@ -3,8 +3,9 @@
 Layout: ``config.json`` (the shared :class:`Config`, with a format version),
 ``model.safetensors`` (weights), the tokenizer (``tokenizer.model`` for
 sentencepiece or ``tokens.txt`` for symbols), ``cmvn.json`` (global feature
-statistics), ``README.md`` (the model card) and, optionally, ``lm.npz`` (a token
-n-gram model for shallow fusion, made by ``asr lm``).
+statistics), ``README.md`` (the model card), with the Whisper front end
+``whisper_encoder.safetensors`` (its streaming encoder) and, optionally, ``lm.npz``
+(a token n-gram model for shallow fusion, made by ``asr lm``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from asr.config import FORMAT_VERSION, Config
 from asr.features import CMVN
+from asr.frontend import BUNDLE_ENCODER_FILE, frontend_dim, load_frontend
 from asr.lm import LM_FILE
 from asr.model import Seq2Seq
 from asr.recognizer import Recognizer
@@ -52,6 +54,9 @@ def save_bundle(
         tokenizer_name: lambda p: shutil.copyfile(tokenizer_file, p),
         CARD: lambda p: Path(p).write_text(card),
     }
+    if config.model.frontend == "whisper":
+        encoder = load_frontend(config.model).encoder_file
+        writers[BUNDLE_ENCODER_FILE] = lambda p: shutil.copyfile(encoder, p)
     for name, write in writers.items():
         tmp = out / f".{name}.tmp"
         write(tmp)
@@ -90,11 +95,14 @@ def load_model(directory: str | Path) -> Recognizer:
         cmvn = CMVN.load(cmvn_path)
     except (ValueError, OSError, KeyError) as err:
         raise ValueError(f"{cmvn_path}: cannot load CMVN statistics ({err})") from None
-    if cmvn.dim != config.model.features.num_mel_bins:
+    if cmvn.dim != frontend_dim(config.model):
         raise ValueError(
-            f"{cmvn_path}: dimension {cmvn.dim} does not match num_mel_bins "
-            f"{config.model.features.num_mel_bins} in {CONFIG}"
+            f"{cmvn_path}: dimension {cmvn.dim} does not match the {config.model.frontend} "
+            f"front end's {frontend_dim(config.model)} in {CONFIG}"
         )
+    if config.model.frontend == "whisper":
+        _need(root, BUNDLE_ENCODER_FILE)
+    frontend = load_frontend(config.model, root)
 
     weights_path = _need(root, WEIGHTS)
     try:
@@ -112,7 +120,7 @@ def load_model(directory: str | Path) -> Recognizer:
     model.set_cmvn(torch.from_numpy(cmvn.mean), torch.from_numpy(cmvn.std))
     model.eval()
     lm_file = root / LM_FILE if (root / LM_FILE).is_file() else None
-    recognizer = Recognizer(config, model, tokenizer, lm_file)
+    recognizer = Recognizer(config, model, tokenizer, lm_file, frontend=frontend)
     recognizer.set_search()  # a config that wants the LM loads it (or fails) here, not later
     return recognizer
 

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
+from asr.whisper_encoder import Streaming
+
 FORMAT_VERSION = 1
 
 AttentionKind = Literal["monotonic", "softmax", "chunkwise"]
@@ -82,14 +84,23 @@ class WhisperConfig:
     """The pretrained Whisper-base encoder as the front end (``model.frontend: whisper``)."""
 
     teacher: str = "models/whisper-base"  # the imported weights (`asr import-whisper`)
+    # the encoder the recognizer reads (training): a distilled student's directory, or the
+    # teacher's for the masked teacher; a bundle carries its own copy
+    encoder: str = ""
     # log10 mel-power floor: a constant, since Whisper's "utterance maximum - 8" cannot stream
     floor: float = -7.0
     chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
     left_context: int = 500  # states before a chunk that it attends to (10 s)
 
+    def streaming(self) -> Streaming:
+        return Streaming(chunk=self.chunk, left_context=self.left_context)
+
 
 @dataclass
 class ModelConfig:
+    # "fbank": 80-dim filterbank (models trained from scratch); "whisper": the pretrained
+    # Whisper-base encoder under the streaming mask (asr.frontend)
+    frontend: Literal["fbank", "whisper"] = "fbank"
     features: FeatureConfig = field(default_factory=FeatureConfig)
     whisper: WhisperConfig = field(default_factory=WhisperConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from asr.attention import build_attention, initial_alignment
 from asr.config import DecoderConfig, EncoderConfig, ModelConfig
 from asr.ctc_alignment import ctc_token_positions
+from asr.frontend import frontend_dim
 from asr.tokenizer import BLANK_ID, EOS_ID
 
 
@@ -310,7 +311,7 @@ class Seq2Seq(nn.Module):
             )
         self.cfg = cfg
         self.vocab_size = vocab_size
-        self.encoder = Encoder(cfg.encoder, cfg.features.num_mel_bins)
+        self.encoder = Encoder(cfg.encoder, frontend_dim(cfg))
         self.decoder = Decoder(cfg.decoder, cfg, vocab_size, cfg.encoder.units)
         self.ctc = nn.Linear(cfg.encoder.units, vocab_size) if cfg.ctc_weight > 0 else None
 

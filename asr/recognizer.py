@@ -9,6 +9,7 @@ import numpy as np
 
 from asr.config import Config
 from asr.events import Event
+from asr.frontend import Frontend, load_frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.streaming import StreamingSession
@@ -27,6 +28,11 @@ class Recognizer:
     # for shallow fusion; read from lm_file only once decode.lm_weight > 0 asks for it, so
     # greedy serving does not pay the second it takes to index the n-grams
     lm: TokenLM | None = None
+    frontend: Frontend | None = None  # None: built from config.model (fbank needs no files)
+
+    def __post_init__(self) -> None:
+        if self.frontend is None:
+            self.frontend = load_frontend(self.config.model)
 
     def set_search(self, beam: int | None = None, lm_weight: float | None = None) -> None:
         """Override the bundle's beam size and LM weight (None keeps them), checking both."""
@@ -54,7 +60,10 @@ class Recognizer:
             self.lm = lm
 
     def stream(self, sample_rate: int) -> StreamingSession:
-        return StreamingSession(self.model, self.tokenizer, self.config, sample_rate, self.lm)
+        assert self.frontend is not None
+        return StreamingSession(
+            self.model, self.tokenizer, self.config, sample_rate, self.frontend, self.lm
+        )
 
     def transcribe_segments(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
         session = self.stream(sample_rate)

@@ -21,7 +21,7 @@ from asr.audio import StreamResampler, check_sample_rate, check_samples
 from asr.config import Config
 from asr.decoding import Segment, SegmentSearch
 from asr.events import Event
-from asr.features import StreamingFbank
+from asr.frontend import Frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
@@ -120,22 +120,22 @@ class StreamingSession:
         tokenizer: Tokenizer,
         config: Config,
         sample_rate: int,
+        frontend: Frontend,
         lm: TokenLM | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
         self.sample_rate = check_sample_rate(sample_rate)
-        features = config.model.features
-        self._resampler = StreamResampler(self.sample_rate, features.sample_rate)
-        self._fbank = StreamingFbank(features)
+        self._resampler = StreamResampler(self.sample_rate, frontend.sample_rate)
+        self._frames = frontend.stream()
         self._encoder_state = model.encoder.initial_state(1)
         self._search = SegmentSearch(model, config.decode, lm)
-        self._hop = int(round(features.sample_rate * features.frame_shift_ms / 1000))
+        self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))
         self._hop_tail = np.zeros(0, dtype=np.float32)
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
         self._frames_per_state = model.encoder.reduction
-        self.state_seconds = self._frames_per_state * features.frame_shift_ms / 1000
+        self.state_seconds = self._frames_per_state * frontend.frame_seconds
         self._silent_states = 0
         self._segment = 0
         self._partial: list[int] = []
@@ -166,7 +166,7 @@ class StreamingSession:
 
     # -- pipeline ---------------------------------------------------------------
     def _frontend(self, samples: np.ndarray | None) -> np.ndarray:
-        """Validate, resample and turn new audio into filterbank frames; None flushes (finish)."""
+        """Validate, resample and turn new audio into front-end frames; None flushes (finish)."""
         if self._finished:
             raise ValueError(
                 "finish() called twice"
@@ -181,7 +181,10 @@ class StreamingSession:
             self.audio_seconds += len(x) / self.sample_rate
             audio16k = self._resampler.process(x)
         self._track_loudness(audio16k)
-        return self._fbank.accept(audio16k) if len(audio16k) else np.zeros((0, 1), np.float32)
+        parts = [self._frames.accept(audio16k)] if len(audio16k) else []
+        if samples is None:
+            parts.append(self._frames.finish())
+        return np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
 
     def _decode(self, states: torch.Tensor | None) -> list[Event]:
         """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""

@@ -247,12 +247,15 @@ class EncoderStream:
         return enc.norm(x)[0]
 
 
-def load_encoder(directory: str | Path) -> WhisperEncoder:
-    """Load ``encoder.safetensors`` (as written by ``asr import-whisper``) in float32."""
-    path = Path(directory) / WEIGHTS_FILE
+def load_encoder(path: str | Path) -> WhisperEncoder:
+    """Load weights written by ``asr import-whisper`` or ``asr distill`` (a directory holding
+    ``encoder.safetensors``, or the file itself) in float32."""
+    path = Path(path)
+    if path.is_dir() or not path.suffix:
+        path = path / WEIGHTS_FILE
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} is missing: run `asr import-whisper --out {directory}` to make it"
+            f"{path} is missing (`asr import-whisper` writes the teacher, `asr distill` students)"
         )
     with safe_open(str(path), framework="pt") as f:
         dims = WhisperDims.from_metadata(f.metadata() or {}, str(path))

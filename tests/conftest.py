@@ -18,7 +18,8 @@ import torch
 from asr.audio import read_audio, resample
 from asr.bundle import save_bundle
 from asr.config import Config, apply_override
-from asr.features import CMVN, Fbank
+from asr.features import CMVN
+from asr.frontend import load_frontend
 from asr.model import Seq2Seq
 from asr.tokenizer import SentencePieceTokenizer
 from training.whisper_import import ModelFile, fetch_model_file
@@ -124,10 +125,10 @@ def build_bundle(
         SENTENCES, out.parent / f"{out.name}-sp", config.model.tokenizer.vocab_size
     )
     cmvn = CMVN()
-    fbank = Fbank(config.model.features)
+    frontend = load_frontend(config.model)
     for wav, _ in speech_files(speech_dir)[:5]:
         samples, rate = read_audio(wav)
-        cmvn.accumulate(fbank.compute(resample(samples, rate, 16000)))
+        cmvn.accumulate(frontend.compute(resample(samples, rate, frontend.sample_rate)))
     cmvn.finalize()
     model = Seq2Seq(config.model, tokenizer.vocab_size)
     return save_bundle(

@@ -1,16 +1,16 @@
 """Training data: cached features, length-bucketed batches and SpecAugment.
 
-Features are computed once per utterance with :class:`asr.features.Fbank` (the
-same frontend serving uses) and cached as ``.npy`` files named by a hash of
-the audio span and the feature settings, so a changed manifest or frontend
-never reads stale features. Batches hold at most a fixed amount of padded
+Features are computed once per utterance by the model's front end
+(:class:`asr.frontend.Frontend`, the one serving uses: fbank, or the streaming
+Whisper encoder's states) and cached as ``.npy`` files named by a hash of the
+audio span and the front end's settings (and encoder weights), so a changed
+manifest or front end never reads stale features. Batches hold at most a fixed amount of padded
 audio; their composition and order depend only on the seed and the epoch, so
 a resumed run sees exactly the batches an uninterrupted one would.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -25,8 +25,9 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from asr.audio import load_audio
-from asr.config import FeatureConfig, SpecAugmentConfig
-from asr.features import CMVN, Fbank
+from asr.config import SpecAugmentConfig
+from asr.features import CMVN
+from asr.frontend import Frontend
 from asr.tokenizer import Tokenizer
 from training.manifest import Entry
 
@@ -74,8 +75,8 @@ def entry_audio(entry: Entry, rate: int, cache: dict[str, np.ndarray] | None = N
     return samples[start:stop]
 
 
-def _cache_name(entry: Entry, cfg: FeatureConfig) -> str:
-    key = json.dumps([entry.audio, entry.offset, entry.end, dataclasses.asdict(cfg)])
+def _cache_name(entry: Entry, frontend_key: dict) -> str:
+    key = json.dumps([entry.audio, entry.offset, entry.end, frontend_key])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npy"
 
 
@@ -88,7 +89,7 @@ def _save_atomic(path: Path, array: np.ndarray) -> None:
 
 def cache_features(
     entries: Sequence[Entry],
-    cfg: FeatureConfig,
+    frontend: Frontend,
     cache_dir: Path,
     rank: int = 0,
     world: int = 1,
@@ -99,18 +100,18 @@ def cache_features(
     Entries whose audio cannot be decoded are reported and left out.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    fbank = Fbank(cfg)
+    key = frontend.cache_key()
     found: dict[str, tuple[Path, int]] = {}
     audio_cache: dict[str, np.ndarray] = {}
     share = [e for i, e in enumerate(entries) if i % world == rank]
     computed = 0
     for entry in tqdm(share, desc=desc, unit="utt", disable=rank != 0, leave=False):
-        path = cache_dir / _cache_name(entry, cfg)
+        path = cache_dir / _cache_name(entry, key)
         if path.is_file():
             frames = np.load(path, mmap_mode="r").shape[0]
         else:
             try:
-                feats = fbank.compute(entry_audio(entry, cfg.sample_rate, audio_cache))
+                feats = frontend.compute(entry_audio(entry, frontend.sample_rate, audio_cache))
             except ValueError as err:
                 tqdm.write(f"skipping {entry.id}: {err}")
                 continue

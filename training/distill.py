@@ -35,7 +35,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from asr.config import Config, WhisperConfig
-from asr.whisper_encoder import WEIGHTS_FILE, Streaming, WhisperEncoder, load_encoder
+from asr.whisper_encoder import WEIGHTS_FILE, WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.dataset import entry_audio, make_batches
 from training.manifest import Entry, read_manifest
@@ -71,13 +71,9 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"manifest {manifest} does not exist")
     if args.resume and not (args.out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {args.out / 'last.pt'} does not exist")
-    streaming(config.model.whisper).check(1500)
+    config.model.whisper.streaming().check(1500)
     Distiller(config, args.out).fit(resume=args.resume)
     return 0
-
-
-def streaming(cfg: WhisperConfig) -> Streaming:
-    return Streaming(chunk=cfg.chunk, left_context=cfg.left_context)
 
 
 def _cache_name(entry: Entry, cfg: WhisperConfig) -> str:
@@ -230,7 +226,7 @@ class Distiller:
         self.cfg = config.distill
         self.whisper = config.model.whisper
         self.out = out
-        self.streaming = streaming(self.whisper)
+        self.streaming = self.whisper.streaming()
         configure_cpu(self.cfg.threads)
 
     def log(self, message: str) -> None:

@@ -35,7 +35,6 @@ from tqdm import tqdm
 
 from asr.bundle import load_model
 from asr.decoding import decode_batch
-from asr.features import Fbank
 from asr.recognizer import Recognizer
 from asr.scoring import errors_by_frequency, score
 from training.dataset import entry_audio
@@ -215,8 +214,10 @@ def plot_utterance(recognizer: Recognizer, entry: Entry, out: Path) -> Path:
     """Soft alignment under teacher forcing on the reference, and the greedy hard path."""
     model, tokenizer, config = recognizer.model, recognizer.tokenizer, recognizer.config
     model.eval()
-    samples = entry_audio(entry, config.model.features.sample_rate)
-    feats = torch.from_numpy(Fbank(config.model.features).compute(samples)).unsqueeze(0)
+    frontend = recognizer.frontend
+    assert frontend is not None
+    samples = entry_audio(entry, frontend.sample_rate)
+    feats = torch.from_numpy(frontend.compute(samples)).unsqueeze(0)
     lens = torch.tensor([feats.shape[1]])
     reference = tokenizer.encode(entry.text)
     targets = torch.tensor([reference], dtype=torch.long)
@@ -230,7 +231,7 @@ def plot_utterance(recognizer: Recognizer, entry: Entry, out: Path) -> Path:
                 path.append((row, position))
             row += 1
         hyp.extend(segment.tokens)
-    seconds = model.encoder.reduction * config.model.features.frame_shift_ms / 1000
+    seconds = model.encoder.reduction * frontend.frame_seconds
     title = f"{entry.id}\nref: {entry.text}\nhyp: {tokenizer.decode(hyp)}"
     labels = tokenizer.pieces(reference) + ["<eos>"]
     return plot_alignment(weights.numpy(), labels, path, out, title, seconds)

@@ -42,6 +42,7 @@ from asr.bundle import save_bundle
 from asr.config import Config
 from asr.decoding import decode_batch
 from asr.features import CMVN
+from asr.frontend import load_frontend
 from asr.model import Seq2Seq
 from asr.scoring import wer
 from asr.tokenizer import SentencePieceTokenizer, SymbolTokenizer, Tokenizer, load_tokenizer
@@ -249,9 +250,7 @@ class Trainer:
     def _features(self, entries: list[Entry], desc: str) -> dict[str, tuple[Path, int]]:
         cache = self.out / "features"
         parts = self.ddp.gather(
-            cache_features(
-                entries, self.config.model.features, cache, self.ddp.rank, self.ddp.world, desc
-            )
+            cache_features(entries, self.frontend, cache, self.ddp.rank, self.ddp.world, desc)
         )
         return {k: v for part in parts for k, v in part.items()}
 
@@ -272,6 +271,7 @@ class Trainer:
         train_entries = self._entries(self.cfg.train_manifest)
         valid_entries = self._entries(self.cfg.valid_manifest) if self.cfg.valid_manifest else []
         self.tokenizer, self.tokenizer_file = self._tokenizer([e.text for e in train_entries])
+        self.frontend = load_frontend(self.config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(self.config.model, self.tokenizer.vocab_size)
         reduction = self.model.encoder.reduction
@@ -295,7 +295,7 @@ class Trainer:
         self.model.set_cmvn(torch.from_numpy(self.cmvn.mean), torch.from_numpy(self.cmvn.std))
         self.ddp.broadcast_model(self.model)
         self.model.to(self.ddp.device)
-        self.frame_seconds = self.config.model.features.frame_shift_ms / 1000
+        self.frame_seconds = self.frontend.frame_seconds
         self.max_frames = int(self.cfg.max_batch_seconds / self.frame_seconds)
         self.batches_per_epoch = len(self._order(0))
         total = self.batches_per_epoch * self.cfg.epochs
