@@ -91,6 +91,7 @@ class WhisperConfig:
     floor: float = -7.0
     chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
     left_context: int = 500  # states before a chunk that it attends to (10 s)
+    int8: bool = False  # serve the encoder's linear layers in int8 (dynamic quantisation)
 
     def streaming(self) -> Streaming:
         return Streaming(chunk=self.chunk, left_context=self.left_context)

@@ -25,7 +25,13 @@ import torch
 
 from asr.config import ModelConfig
 from asr.features import StreamingFbank
-from asr.whisper_encoder import WEIGHTS_FILE, WhisperDims, WhisperEncoder, load_encoder
+from asr.whisper_encoder import (
+    WEIGHTS_FILE,
+    WhisperDims,
+    WhisperEncoder,
+    load_encoder,
+    quantized,
+)
 from asr.whisper_features import SAMPLE_RATE, StreamingWhisperMel
 
 BUNDLE_ENCODER_FILE = "whisper_encoder.safetensors"
@@ -122,4 +128,4 @@ def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:
     if encoder.dims.d_model != frontend_dim(cfg):
         raise ValueError(f"{path}: width {encoder.dims.d_model}, expected {frontend_dim(cfg)}")
     torch.set_flush_denormal(True)
-    return Frontend(cfg, encoder, path)
+    return Frontend(cfg, quantized(encoder) if cfg.whisper.int8 else encoder, path)

@@ -142,10 +142,11 @@ def test_stream_memory_is_bounded_past_the_position_table() -> None:
     states = 0
     for _ in range(100):
         states += len(stream.accept(torch.from_numpy(rng.standard_normal((100, 80), np.float32))))
-        held.append((len(stream._mel), [k.shape[2] for k, _ in stream._cache if k is not None]))
+        filled = int((stream._slot_state >= 0).sum())
+        held.append((len(stream._mel), tuple(stream._keys.shape), filled))
     assert states == stream.states >= 5000 - 8
-    assert all(mel <= 2 * 8 + 3 for mel, _ in held)
-    assert all(cache == [200, 200] for _, cache in held[10:])
+    assert all(mel <= 2 * 8 + 3 and keys == (2, 1, 2, 208, 8) for mel, keys, _ in held)
+    assert all(filled == 208 for _, _, filled in held[10:])
     assert torch.isfinite(stream.finish()).all()
 
 

@@ -1,0 +1,262 @@
+"""Front-end benchmark: each encoder variant's cost, latency and how much a fixed probe hears.
+
+    python bench/frontend.py --variants fbank teacher masked:8 student:exp/distill-c8/student \\
+        --probe-train data/synth/train.jsonl --probe-hours 2.35 --probe-minutes 9 \\
+        --probe-test data/synth/test_seen_voices.jsonl data/synth/test_unseen_voices.jsonl
+
+Variants: ``fbank`` (80-dim filterbank, 10 ms); ``teacher`` (Whisper-base with full
+attention over each utterance: offline, the upper bound); ``masked:C`` (the same
+weights under the streaming mask with chunks of C states of 20 ms); ``student:DIR``
+(a distilled student, at the chunk it was distilled for, or ``student:DIR:C``).
+A two-pass final reads the teacher over its segment: on whole utterances, as the
+probe is scored, that is the ``teacher`` row.
+
+For each it prints the algorithmic latency (how long after a piece of audio its
+frame exists, at worst), the one-thread real-time factor of the front end in float
+and with int8 linear layers (medians of interleaved repeats), and, with --probe-*,
+the greedy CER of a fixed probe on the test manifests: a 1-layer 256-unit LSTM with
+a CTC character head trained on the variant's frames for a fixed time (the same
+seed, data and budget for every variant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr.audio import read_audio, resample  # noqa: E402
+from asr.config import ModelConfig, WhisperConfig  # noqa: E402
+from asr.features import Fbank  # noqa: E402
+from asr.scoring import cer  # noqa: E402
+from asr.whisper_encoder import (  # noqa: E402
+    Streaming,
+    WhisperEncoder,
+    load_encoder,
+    quantized,
+)
+from asr.whisper_features import SAMPLE_RATE, StreamingWhisperMel, log_mel  # noqa: E402
+from training.dataset import entry_audio, make_batches  # noqa: E402
+from training.manifest import read_manifest  # noqa: E402
+
+TEACHER = ROOT / "models" / "whisper-base"
+CHARS = " abcdefghijklmnopqrstuvwxyz'"
+STFT_LOOKAHEAD_MS = 12.5  # a log-mel frame needs 200 samples after its centre
+
+
+class Variant:
+    """Audio -> frames for one encoder variant, float or int8."""
+
+    def __init__(self, spec: str, int8: bool = False) -> None:
+        self.spec = spec
+        kind, _, rest = spec.partition(":")
+        self.kind = kind
+        self.streaming: Streaming | None = None
+        self.encoder: WhisperEncoder | None = None
+        if kind == "fbank":
+            self.fbank = Fbank(ModelConfig().features)
+            return
+        if kind == "teacher":
+            self.encoder = load_encoder(TEACHER)
+        elif kind == "masked":
+            self.encoder = load_encoder(TEACHER)
+            self.streaming = Streaming(chunk=int(rest), left_context=500)
+        elif kind == "student":
+            path, _, chunk = rest.partition(":")
+            self.encoder = load_encoder(path)
+            with safe_open(str(Path(path) / "encoder.safetensors"), "pt") as f:
+                saved = json.loads(f.metadata().get("streaming", "{}"))
+            self.streaming = Streaming(**saved) if saved else Streaming()
+            if chunk:
+                self.streaming = Streaming(int(chunk), self.streaming.left_context)
+        else:
+            raise SystemExit(f"unknown variant {spec!r}")
+        if int8:
+            self.encoder = quantized(self.encoder)
+
+    @property
+    def latency_ms(self) -> float:
+        """Worst case: the first audio of a chunk waits for the chunk, then the lookahead."""
+        if self.kind == "fbank":
+            return 25.0  # one 25 ms window
+        if self.streaming is None:
+            return float("inf")  # needs the whole utterance
+        return self.streaming.chunk * 20 + STFT_LOOKAHEAD_MS
+
+    @torch.no_grad()
+    def frames(self, samples: np.ndarray) -> np.ndarray:
+        if self.kind == "fbank":
+            return self.fbank.compute(samples)
+        assert self.encoder is not None
+        if self.streaming is None:
+            return self.encoder(torch.from_numpy(log_mel(samples, WhisperConfig().floor))[None])[0][
+                0
+            ].numpy()
+        mel, stream = (
+            StreamingWhisperMel(WhisperConfig().floor),
+            self.encoder.stream(self.streaming),
+        )
+        first = stream.accept(torch.from_numpy(mel.accept(samples)))
+        rest = stream.accept(torch.from_numpy(mel.finish()))
+        return torch.cat([first, rest, stream.finish()]).numpy()
+
+
+def real_time_factors(
+    floats: dict[str, Variant], audio: list[np.ndarray], repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Median one-thread RTF per variant, float and int8, repeats interleaved across variants."""
+    torch.set_num_threads(1)
+    seconds = sum(len(a) for a in audio) / SAMPLE_RATE
+    specs = list(floats)
+    variants = {(s, False): v for s, v in floats.items()}
+    variants.update({(s, True): Variant(s, True) for s in specs if s != "fbank"})
+    times: dict[tuple[str, bool], list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for key, variant in variants.items():
+            start = time.perf_counter()
+            for samples in audio:
+                variant.frames(samples)
+            times[key].append((time.perf_counter() - start) / seconds)
+    return {
+        s: (
+            statistics.median(times[(s, False)]),
+            statistics.median(times[(s, True)]) if (s, True) in times else float("nan"),
+        )
+        for s in specs
+    }
+
+
+class Probe(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.lstm = nn.LSTM(dim, 256, batch_first=True)
+        self.out = nn.Linear(256, len(CHARS) + 1)  # + blank (0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.lstm(self.norm(x))[0]).log_softmax(-1)
+
+
+def _targets(text: str) -> list[int]:
+    return [CHARS.index(c) + 1 for c in text.lower() if c in CHARS]
+
+
+def probe_cer(
+    variant: Variant, train: list, tests: dict[str, list], minutes: float, seed: int = 0
+) -> dict[str, float]:
+    """Train the probe on the variant's frames for ``minutes``; greedy CER per test set."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(2)
+    feats = [torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE))) for e in train]
+    texts = [_targets(e.text) for e in train]
+    probe = Probe(feats[0].shape[1])
+    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-3)
+    budget, start, epoch = 60 * minutes, time.monotonic(), 0
+    max_frames = int(40 / (0.01 if variant.kind == "fbank" else 0.02))
+    while time.monotonic() - start < budget:
+        for batch in make_batches([len(f) for f in feats], max_frames, seed, epoch):
+            x = nn.utils.rnn.pad_sequence([feats[i] for i in batch], batch_first=True)
+            lengths = torch.tensor([len(feats[i]) for i in batch])
+            y = [torch.tensor(texts[i]) for i in batch]
+            loss = nn.functional.ctc_loss(
+                probe(x).transpose(0, 1),
+                torch.cat(y),
+                lengths,
+                torch.tensor([len(t) for t in y]),
+                zero_infinity=True,
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if time.monotonic() - start >= budget:
+                break
+        epoch += 1
+    probe.eval()
+    scores = {}
+    with torch.no_grad():
+        for name, entries in tests.items():
+            refs, hyps = [], []
+            for e in entries:
+                best = probe(torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE)))[None])[
+                    0
+                ].argmax(-1)
+                collapsed = [
+                    int(t) for i, t in enumerate(best) if t and (i == 0 or t != best[i - 1])
+                ]
+                refs.append("".join(CHARS[t - 1] for t in _targets(e.text)).strip())
+                hyps.append("".join(CHARS[t - 1] for t in collapsed).strip())
+            scores[name] = cer(refs, hyps).rate
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--variants", nargs="+", default=["fbank", "teacher", "masked:8"])
+    parser.add_argument(
+        "--audio", nargs="*", type=Path, help="files for the RTF (default: shipped held-out)"
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--probe-train", type=Path)
+    parser.add_argument(
+        "--probe-hours", type=float, default=2.35, help="first N hours of --probe-train"
+    )
+    parser.add_argument("--probe-minutes", type=float, default=9.0)
+    parser.add_argument("--probe-test", nargs="*", type=Path, default=[])
+    parser.add_argument("--probe-test-limit", type=int, default=300)
+    args = parser.parse_args()
+
+    files = args.audio or sorted((ROOT / "tests" / "data" / "heldout").glob("*/*.flac"))
+    audio = []
+    for f in files:
+        samples, rate = read_audio(f)
+        audio.append(resample(samples, rate, SAMPLE_RATE))
+    floats = {spec: Variant(spec) for spec in args.variants}
+    rtf = real_time_factors(floats, audio, args.repeats)
+    cers: dict[str, dict[str, float]] = {}
+    if args.probe_train:
+        train, hours = [], 0.0
+        for entry in read_manifest(args.probe_train)[0]:
+            if hours >= args.probe_hours:
+                break
+            train.append(entry)
+            hours += (entry.duration or 0.0) / 3600
+        tests = {p.stem: read_manifest(p)[0][: args.probe_test_limit] for p in args.probe_test}
+        for spec in args.variants:
+            cers[spec] = probe_cer(floats[spec], train, tests, args.probe_minutes)
+            print(f"{spec}: probe CER {cers[spec]}", flush=True)
+    names = [p.stem for p in args.probe_test]
+    print(
+        f"\n{sum(len(a) for a in audio) / SAMPLE_RATE:.0f} s of audio, one thread, median of {args.repeats}"
+    )
+    print(
+        "| variant | latency (ms) | RTF float | RTF int8 | "
+        + " | ".join(f"CER {n}" for n in names)
+        + " |"
+    )
+    print("|---|---|---|---|" + "---|" * len(names))
+    for spec in args.variants:
+        latency = floats[spec].latency_ms
+        cells = [f"{100 * cers[spec][n]:.1f}%" if spec in cers else "-" for n in names]
+        shown = "offline" if latency == float("inf") else f"{latency:.1f}"
+        print(
+            f"| {spec} | {shown} | {rtf[spec][0]:.3f} | {rtf[spec][1]:.3f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+
+
+if __name__ == "__main__":
+    main()
