@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,10 +30,11 @@ from asr.whisper_encoder import (
     WEIGHTS_FILE,
     WhisperDims,
     WhisperEncoder,
+    encode_streams,
     load_encoder,
     quantized,
 )
-from asr.whisper_features import SAMPLE_RATE, StreamingWhisperMel
+from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel
 
 BUNDLE_ENCODER_FILE = "whisper_encoder.safetensors"
 
@@ -103,15 +105,41 @@ class _FbankStream:
 
 class _WhisperStream:
     def __init__(self, cfg: ModelConfig, encoder: WhisperEncoder) -> None:
-        self._mel = StreamingWhisperMel(cfg.whisper.floor)
-        self._encoder = encoder.stream(cfg.whisper.streaming())
+        self.mel = StreamingWhisperMel(cfg.whisper.floor)
+        self.encoder = encoder.stream(cfg.whisper.streaming())
 
     def accept(self, samples: np.ndarray) -> np.ndarray:
-        return self._encoder.accept(torch.from_numpy(self._mel.accept(samples))).numpy()
+        return frames_of_many([self], [samples], [False])[0]
 
     def finish(self) -> np.ndarray:
-        last = self._encoder.accept(torch.from_numpy(self._mel.finish()))
-        return torch.cat([last, self._encoder.finish()]).numpy()
+        return frames_of_many([self], [np.zeros(0, np.float32)], [True])[0]
+
+
+def frames_of_many(
+    streams: Sequence[FrontendStream], audio: Sequence[np.ndarray], finish: Sequence[bool]
+) -> list[np.ndarray]:
+    """Frames of new 16 kHz audio (may be empty) for several streams of one front end, each
+    ending there if ``finish`` says so. Whisper streams run their chunks through the encoder
+    together (``encode_streams``); a stream alone gives the same frames bit for bit."""
+    whisper = [s for s in streams if isinstance(s, _WhisperStream)]
+    if whisper and len(whisper) != len(streams):
+        raise ValueError("frames_of_many needs the streams of one front end")
+    if not whisper:
+        out = []
+        for stream, x, last in zip(streams, audio, finish):
+            parts = [stream.accept(x)] if len(x) else []
+            out.append(np.concatenate([*parts, stream.finish()]) if last else _join(parts))
+        return out
+    mels = []
+    for stream, x, last in zip(whisper, audio, finish):
+        parts = [stream.mel.accept(x)] if len(x) else []
+        mels.append(torch.from_numpy(_join([*parts, stream.mel.finish()] if last else parts)))
+    states = encode_streams([s.encoder for s in whisper], mels, finish)
+    return [t.numpy() for t in states]
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros((0, N_MELS), dtype=np.float32)
 
 
 def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:

@@ -21,7 +21,7 @@ from asr.audio import StreamResampler, check_sample_rate, check_samples
 from asr.config import Config
 from asr.decoding import Segment, SegmentSearch
 from asr.events import Event
-from asr.frontend import Frontend
+from asr.frontend import Frontend, frames_of_many
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
@@ -77,12 +77,15 @@ def _step_round(
     sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
 ) -> list[list[Event] | Exception]:
     outcomes: list[list[Event] | Exception] = [[] for _ in sessions]
-    frames: dict[int, np.ndarray] = {}
+    audio: dict[int, np.ndarray] = {}
     for k, (session, samples) in enumerate(zip(sessions, inputs)):
         try:
-            frames[k] = session._frontend(samples)
+            audio[k] = session._audio(samples)
         except Exception as err:
             outcomes[k] = err
+    streams = [sessions[k]._frames for k in audio]
+    finishing = [inputs[k] is None for k in audio]
+    frames = dict(zip(audio, frames_of_many(streams, list(audio.values()), finishing)))
     encoded: dict[int, torch.Tensor] = {}
     ready = [k for k, f in frames.items() if len(f)]
     if ready:
@@ -165,8 +168,9 @@ class StreamingSession:
         return _raise_or_return(step_sessions([self], [None])[0])
 
     # -- pipeline ---------------------------------------------------------------
-    def _frontend(self, samples: np.ndarray | None) -> np.ndarray:
-        """Validate, resample and turn new audio into front-end frames; None flushes (finish)."""
+    def _audio(self, samples: np.ndarray | None) -> np.ndarray:
+        """Validate and resample new audio to the front end's rate (maybe no samples yet);
+        None flushes (finish): the resampler's tail."""
         if self._finished:
             raise ValueError(
                 "finish() called twice"
@@ -181,10 +185,7 @@ class StreamingSession:
             self.audio_seconds += len(x) / self.sample_rate
             audio16k = self._resampler.process(x)
         self._track_loudness(audio16k)
-        parts = [self._frames.accept(audio16k)] if len(audio16k) else []
-        if samples is None:
-            parts.append(self._frames.finish())
-        return np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
+        return audio16k
 
     def _decode(self, states: torch.Tensor | None) -> list[Event]:
         """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""

@@ -20,6 +20,7 @@ with random position offsets (``position_offset`` in :meth:`forward`).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,67 +199,122 @@ class EncoderStream:
         self._write = 0  # the oldest slot
         self._finished = False
 
-    @torch.no_grad()
     def accept(self, mel: Tensor) -> Tensor:
         """Add frames [n, n_mels]; return the states [m, d_model] of every chunk now complete."""
-        if self._finished:
-            raise ValueError("accept() after finish()")
-        self._mel = torch.cat([self._mel, mel.to(self._mel.dtype)])
-        self._mel_count += len(mel)
-        chunk = self.streaming.chunk
-        out = []
-        while 2 * (self.states + chunk) < self._mel_count:  # mel frame 2 j + 2 of the last state
-            out.append(self._chunk(chunk))
-        return torch.cat(out) if out else self._mel.new_zeros(0, self.encoder.dims.d_model)
+        return encode_streams([self], [mel], [False])[0]
 
-    @torch.no_grad()
     def finish(self) -> Tensor:
         """The states still owed (the last chunk may be short); the end is zero-padded."""
-        if self._finished:
-            raise ValueError("finish() called twice")
-        self._finished = True
-        total = (self._mel_count + 1) // 2
-        out = []
-        while self.states < total:
-            out.append(self._chunk(min(self.streaming.chunk, total - self.states)))
-        return torch.cat(out) if out else self._mel.new_zeros(0, self.encoder.dims.d_model)
+        return encode_streams([self], [self._mel[:0]], [True])[0]
 
-    def _chunk(self, n: int) -> Tensor:
-        enc = self.encoder
+    def _add(self, mel: Tensor, finish: bool) -> None:
+        if self._finished:
+            raise ValueError("finish() called twice" if finish else "accept() after finish()")
+        self._mel = torch.cat([self._mel, mel.to(self._mel.dtype)])
+        self._mel_count += len(mel)
+        self._finished = finish
+
+    def _next_chunk(self) -> int:
+        """States in the next chunk that can be encoded now (0: none)."""
+        chunk = self.streaming.chunk
+        if 2 * (self.states + chunk) < self._mel_count:  # mel frame 2 j + 2 of its last state
+            return chunk
+        if self._finished:
+            return min(chunk, (self._mel_count + 1) // 2 - self.states)
+        return 0
+
+    def _window(self, n: int) -> tuple[Tensor, Tensor]:
+        """The next chunk's mel frames 2 first - 2 .. 2 (first + n), zero outside the audio (the
+        convolutions' padding), and which of conv1's outputs lie inside the audio."""
         first = self.states
-        # mel frames 2 first - 2 .. 2 (first + n), zero outside the audio (the convolutions' padding)
         lo, hi = 2 * first - 2, 2 * (first + n) + 1
-        window = self._mel.new_zeros(hi - lo, enc.dims.n_mels)
+        window = self._mel.new_zeros(hi - lo, self.encoder.dims.n_mels)
         have_lo, have_hi = max(lo, 0), min(hi, self._mel_count)
         window[have_lo - lo : have_hi - lo] = self._mel[
             have_lo - self._mel_start : have_hi - self._mel_start
         ]
-        x = F.gelu(F.conv1d(window.T.unsqueeze(0), enc.conv1.weight, enc.conv1.bias))
-        conv_time = torch.arange(lo + 1, hi - 1, device=x.device)  # conv1 outputs 2 first - 1 ..
-        x = x * ((conv_time >= 0) & (conv_time < self._mel_count))
-        x = F.gelu(F.conv1d(x, enc.conv2.weight, enc.conv2.bias, stride=2)).transpose(1, 2)
-        index = torch.arange(first, first + n, device=x.device) % enc.dims.n_ctx
-        x = x + enc.positions[index]
-        slots = (self._write + torch.arange(n)) % len(self._slot_state)
-        self._slot_state[slots] = torch.arange(first, first + n)
-        visible = (self._slot_state >= max(0, first - self.streaming.left_context)).view(
-            1, 1, 1, -1
+        conv_time = torch.arange(lo + 1, hi - 1)  # conv1 outputs 2 first - 1 .. 2 (first + n) - 1
+        return window, (conv_time >= 0) & (conv_time < self._mel_count)
+
+    def _attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, slots: Tensor) -> Tensor:
+        """Layer i's attention for this stream's chunk: store its keys and values in the ring,
+        then attend over every slot within the left context."""
+        self._keys[i][:, :, slots] = k
+        self._values[i][:, :, slots] = v
+        first = int(self._slot_state[slots[0]])
+        visible = self._slot_state >= max(0, first - self.streaming.left_context)
+        return F.scaled_dot_product_attention(
+            q, self._keys[i], self._values[i], attn_mask=visible.view(1, 1, 1, -1)
         )
-        for i, layer in enumerate(enc.layers):
-            q, k, v = layer.split(x)
-            self._keys[i][:, :, slots] = k
-            self._values[i][:, :, slots] = v
-            attended = F.scaled_dot_product_attention(
-                q, self._keys[i], self._values[i], attn_mask=visible
-            )
-            x = layer.finish(x, attended)
+
+    def _advance(self, n: int) -> None:
         self._write = (self._write + n) % len(self._slot_state)
         self.states += n
         # keep mel frames from 2 states - 2 on: the next chunk's window starts there
         drop = max(0, 2 * self.states - 2 - self._mel_start)
         self._mel = self._mel[drop:]
         self._mel_start += drop
-        return enc.norm(x)[0]
+
+
+@torch.no_grad()
+def encode_streams(
+    streams: Sequence[EncoderStream], mels: Sequence[Tensor], finish: Sequence[bool]
+) -> list[Tensor]:
+    """New log-mel frames [n, n_mels] for several streams of one encoder (``finish``: and
+    that stream ends there) -> each stream's new states [m, d_model].
+
+    Chunks are encoded in rounds: each round takes the next chunk of every stream that
+    has one, and chunks of one size go through the convolutions and the linear layers
+    as one batch (the weights are read once for all streams: what lets a server's
+    throughput grow with its sessions); attention runs per stream, over its own ring.
+    One stream alone goes through the same code with a batch of one, so a stream fed
+    in any chunking gives the same states bit for bit.
+    """
+    for stream, mel, last in zip(streams, mels, finish):
+        stream._add(mel, last)
+    out: list[list[Tensor]] = [[] for _ in streams]
+    while True:
+        sizes: dict[int, list[int]] = {}
+        for k, stream in enumerate(streams):
+            n = stream._next_chunk()
+            if n > 0:
+                sizes.setdefault(n, []).append(k)
+        if not sizes:
+            break
+        for n, members in sizes.items():
+            states = _encode_chunks([streams[k] for k in members], n)
+            for row, k in enumerate(members):
+                out[k].append(states[row])
+    empty = streams[0]._mel.new_zeros(0, streams[0].encoder.dims.d_model)
+    return [torch.cat(o) if o else empty for o in out]
+
+
+def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
+    """The next chunk of n states of each stream, as one batch -> [B, n, d_model]."""
+    enc = streams[0].encoder
+    windows, inside = zip(*(s._window(n) for s in streams))
+    x = F.gelu(F.conv1d(torch.stack(windows).transpose(1, 2), enc.conv1.weight, enc.conv1.bias))
+    x = x * torch.stack(inside).unsqueeze(1)  # conv2's zero padding
+    x = F.gelu(F.conv1d(x, enc.conv2.weight, enc.conv2.bias, stride=2)).transpose(1, 2)
+    index = torch.stack([torch.arange(s.states, s.states + n) for s in streams])
+    x = x + enc.positions[index % enc.dims.n_ctx]
+    slots = []
+    for s in streams:
+        where = (s._write + torch.arange(n)) % len(s._slot_state)
+        s._slot_state[where] = torch.arange(s.states, s.states + n)
+        slots.append(where)
+    for i, layer in enumerate(enc.layers):
+        q, k, v = layer.split(x)
+        attended = torch.cat(
+            [
+                s._attend(i, q[b : b + 1], k[b : b + 1], v[b : b + 1], slots[b])
+                for b, s in enumerate(streams)
+            ]
+        )
+        x = layer.finish(x, attended)
+    for s in streams:
+        s._advance(n)
+    return enc.norm(x)
 
 
 def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
