@@ -146,6 +146,11 @@ class SegmentSearch:
         """Tokens of the best live hypothesis of the current segment (may still change)."""
         return list(self.beam.tokens[0])
 
+    @property
+    def best_positions(self) -> list[int]:
+        """The state that selected each token of :attr:`best_tokens`."""
+        return list(self.beam.positions[0])
+
     def stable_prefix(self) -> list[int]:
         tokens = self.beam.tokens
         prefix = tokens[0]

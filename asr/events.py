@@ -21,6 +21,9 @@ class Event:
     tokens: list[str] = field(default_factory=list)
     start: float = 0.0  # seconds from the start of the stream
     end: float = 0.0
+    # per token, when it was emitted: the end of the encoder state that selected it
+    # (hard monotonic attention fires a token there), in seconds from the start of the stream
+    token_times: list[float] = field(default_factory=list)
 
     @property
     def final(self) -> bool:

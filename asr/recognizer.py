@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,17 +10,20 @@ import numpy as np
 
 from asr.config import Config
 from asr.events import Event
+from asr.formats import plain_text
 from asr.frontend import Frontend, load_frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.streaming import StreamingSession
 from asr.tokenizer import Tokenizer
 
+OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
+
 
 @dataclass
 class Recognizer:
-    """Model, tokenizer and config of one bundle. Offline decoding is a session fed all at once,
-    so it gives exactly the transcript streaming gives."""
+    """Model, tokenizer and config of one bundle. Offline decoding is a session fed the whole
+    signal, so it gives exactly the transcript streaming gives."""
 
     config: Config
     model: Seq2Seq
@@ -65,10 +69,24 @@ class Recognizer:
             self.model, self.tokenizer, self.config, sample_rate, self.frontend, self.lm
         )
 
-    def transcribe_segments(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
+    def transcribe_segments(
+        self,
+        samples: np.ndarray,
+        sample_rate: int,
+        progress: Callable[[float], None] | None = None,
+    ) -> list[Event]:
+        """The final segments of the whole signal. It is fed to the session in pieces of
+        ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the memory a long
+        file needs and lets ``progress`` hear the seconds of audio done after each piece."""
         session = self.stream(sample_rate)
-        events = session.accept(samples) + session.finish()
+        step = int(OFFLINE_CHUNK_S * sample_rate)
+        events: list[Event] = []
+        for begin in range(0, max(len(samples), 1), step):  # empty input: one (refused) piece
+            events += session.accept(samples[begin : begin + step])
+            if progress is not None:
+                progress(min(begin + step, len(samples)) / sample_rate)
+        events += session.finish()
         return [e for e in events if e.final]
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
-        return " ".join(e.text for e in self.transcribe_segments(samples, sample_rate) if e.text)
+        return plain_text(self.transcribe_segments(samples, sample_rate))

@@ -214,7 +214,10 @@ class StreamingSession:
             events += self._final(segment)
         if prefix != self._partial:
             self._partial = prefix
-            events.append(self._event("partial", prefix, search.segment_start, search.states_seen))
+            positions = search.best_positions[: len(prefix)]
+            events.append(
+                self._event("partial", prefix, search.segment_start, search.states_seen, positions)
+            )
         # Forced endpoints, checked at every state so that chunking cannot move them.
         seconds_in_segment = (search.states_seen - search.segment_start) * self.state_seconds
         trailing_silence = self._silent_states * self.state_seconds
@@ -240,23 +243,27 @@ class StreamingSession:
         return [event]
 
     def _event(
-        self,
-        kind: str,
-        tokens: list[int],
-        start: int,
-        end: int,
-        positions: list[int] | None = None,
+        self, kind: str, tokens: list[int], start: int, end: int, positions: list[int]
     ) -> Event:
-        if positions and positions[-1] >= 0:
+        """An event over encoder states [start, end); ``positions``: the state that selected
+        each token. A final ends at its last token's state; a partial at the audio heard."""
+        if kind == "final" and positions and positions[-1] >= 0:
             end = min(end, positions[-1] + 1)
+        # A token can be shown once the state that selected it is complete; one that no state
+        # selected (the search never emits such a token, but the type allows it) gets the end.
+        emitted = [min(p + 1, end) if p >= 0 else end for p in positions]
         return Event(
             kind=kind,  # type: ignore[arg-type]
             segment=self._segment,
             text=self.tokenizer.decode(tokens),
             tokens=self.tokenizer.pieces(tokens),
-            start=round(start * self.state_seconds, 3),
-            end=round(end * self.state_seconds, 3),
+            start=self._seconds(start),
+            end=self._seconds(end),
+            token_times=[self._seconds(state) for state in emitted],
         )
+
+    def _seconds(self, states: int) -> float:
+        return round(states * self.state_seconds, 3)
 
     # -- trailing-silence detection ----------------------------------------------
     def _track_loudness(self, audio16k: np.ndarray) -> None:

@@ -6,24 +6,37 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from fastapi import FastAPI, Request, WebSocket
+from fastapi import FastAPI, Query, Request, WebSocket
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from asr.audio import decode_pcm, read_audio
+from asr.formats import (
+    FORMATS,
+    MEDIA_TYPES,
+    FinalSegment,
+    check_format,
+    render,
+    transcript_record,
+)
 from server import protocol
-from server.protocol import ProtocolError, Result, Start, Transcription, validate
+from server.protocol import ProtocolError, Start, Transcription, validate
 from server.settings import Settings
 from server.state import ServerState
 from server.stream import serve_stream
 
 STATIC = Path(__file__).parent / "static"
+# the transcript endpoints also answer in these media types (?format=)
+_TEXT_RESPONSES: dict[int | str, dict] = {
+    200: {"content": {MEDIA_TYPES[f]: {} for f in FORMATS if f != "json"}}
+}
 
 
 class HTTPFault(Exception):
@@ -93,13 +106,25 @@ def create_app(settings: Settings) -> FastAPI:
     async def stream(ws: WebSocket) -> None:
         await serve_stream(ws, state)
 
-    @app.post("/v1/transcribe", response_model=Transcription)
-    async def transcribe(
-        request: Request, sample_rate: int | None = None, encoding: str = "pcm_s16le"
-    ) -> Transcription:
-        """Multipart ``file`` (WAV/FLAC/...), or a raw PCM body with ?sample_rate=&encoding=."""
+    def check_request(request: Request, output: str) -> None:
+        """The API key, then the output format (before any body is read)."""
         if not state.authorized(request.headers, request.query_params):
             raise HTTPFault(401, "unauthorized", "missing or wrong API key")
+        try:
+            check_format(output)
+        except ValueError as err:
+            raise HTTPFault(400, "unsupported_format", str(err)) from None
+
+    @app.post("/v1/transcribe", response_model=Transcription, responses=_TEXT_RESPONSES)
+    async def transcribe(
+        request: Request,
+        sample_rate: int | None = None,
+        encoding: str = "pcm_s16le",
+        output: str = Query("json", alias="format"),
+    ) -> Transcription | Response:
+        """Multipart ``file`` (WAV/FLAC/...), or a raw PCM body with ?sample_rate=&encoding=;
+        the transcript as JSON, or ?format=txt|srt|vtt."""
+        check_request(request, output)
         if not state.ready:
             raise HTTPFault(503, "not_ready", "the model is not loaded")
         started = time.perf_counter()
@@ -117,13 +142,36 @@ def create_app(settings: Settings) -> FastAPI:
         except ValueError as err:
             raise HTTPFault(400, "invalid_audio", str(err)) from None
         state.metrics.http_latency.observe(time.perf_counter() - started)
-        return Transcription(
-            text=" ".join(e.text for e in events if e.final and e.text),
-            duration=duration,
-            segments=[Result.from_event(e) for e in events],
-        )
+        return _formatted(output, events, duration)
+
+    @app.post("/v1/format", response_model=Transcription, responses=_TEXT_RESPONSES)
+    async def reformat(
+        request: Request, output: str = Query("json", alias="format")
+    ) -> Transcription | Response:
+        """A JSON transcript (as /v1/transcribe returns it, or the finals of a stream) in
+        ?format=txt|json|srt|vtt: the browser page's downloads, made by the one formatter."""
+        check_request(request, output)
+        body = await _read_body(request, settings.max_upload_bytes)
+        try:
+            transcript = Transcription.model_validate_json(body)
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            where = ".".join(map(str, first["loc"])) or "body"
+            raise HTTPFault(
+                400, "invalid_message", f"not a JSON transcript: {where}: {first['msg']}"
+            ) from None
+        return _formatted(output, transcript.segments, transcript.duration)
 
     return app
+
+
+def _formatted(
+    output: str, segments: Sequence[FinalSegment], duration: float
+) -> Transcription | Response:
+    """The transcript in ``output``; JSON is validated against the schema /v1/schemas publishes."""
+    if output == "json":
+        return Transcription.model_validate(transcript_record(segments, duration))
+    return Response(render(output, segments, duration), media_type=MEDIA_TYPES[output])
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

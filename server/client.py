@@ -2,8 +2,16 @@
 
 Files are sent in real time (100 ms frames) unless --fast is given. On a
 terminal, partial text is rewritten in place and every final gets its own
-line; when stdout is not a terminal only finals are printed. The API key may
-come from --token or the ASR_API_KEY environment variable.
+line; when stdout is not a terminal only finals are printed. With --format
+(txt, json, srt or vtt) the whole transcript is printed in that format once the
+stream ends (the live text then goes to stderr, if that is a terminal); with
+--out FILE it is written to FILE instead, in the format --format or FILE's
+suffix names. The API key may come from --token or the ASR_API_KEY environment
+variable.
+
+examples:
+  asr stream talk.wav --fast --format srt > talk.srt
+  asr stream --mic --out notes.vtt
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from asr.audio import MAX_RATE, MIN_RATE, read_audio, resample
+from asr.formats import FORMATS, format_of, plain_text, render
 from server.protocol import End, Error, Ready, Result, ServerMessage, Start, Stop
 
 DEFAULT_URL = "ws://127.0.0.1:8000/v1/stream"
 _SERVER_MESSAGE = TypeAdapter(ServerMessage)
+_SAMPLE_BYTES = {"pcm_s16le": 2, "f32le": 4}
 
 
 class StreamError(Exception):
@@ -41,9 +51,12 @@ class StreamError(Exception):
 
 @dataclass
 class Transcript:
-    """Final texts of one stream plus the timings a benchmark needs (monotonic seconds)."""
+    """Final results of one stream, the audio seconds sent, and the timings a benchmark needs
+    (monotonic seconds)."""
 
-    finals: list[str] = field(default_factory=list)
+    sample_rate: int
+    segments: list[Result] = field(default_factory=list)
+    samples_sent: int = 0
     first_audio_at: float | None = None
     first_result_at: float | None = None
     stop_at: float | None = None
@@ -51,7 +64,11 @@ class Transcript:
 
     @property
     def text(self) -> str:
-        return " ".join(self.finals)
+        return plain_text(self.segments)
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.samples_sent / self.sample_rate
 
 
 async def stream(
@@ -64,21 +81,21 @@ async def stream(
 ) -> Transcript:
     """Run one session: start, send ``frames`` while reading results, stop, wait for end."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    transcript = Transcript()
+    transcript = Transcript(sample_rate)
     async with connect(url, additional_headers=headers, max_size=None) as ws:
         await ws.send(Start(sample_rate=sample_rate, encoding=encoding).model_dump_json())
         ready = _SERVER_MESSAGE.validate_json(await ws.recv())
         if not isinstance(ready, Ready):
             _raise_unexpected(ready)
-        sender = asyncio.create_task(_send(ws, frames, transcript))
+        sender = asyncio.create_task(_send(ws, frames, transcript, _SAMPLE_BYTES[encoding]))
         try:
             async for raw in ws:
                 message = _SERVER_MESSAGE.validate_json(raw)
                 if isinstance(message, Result):
                     if transcript.first_result_at is None:
                         transcript.first_result_at = time.monotonic()
-                    if message.final and message.text:
-                        transcript.finals.append(message.text)
+                    if message.final:
+                        transcript.segments.append(message)
                     if on_result is not None:
                         on_result(message)
                 elif isinstance(message, End):
@@ -102,12 +119,18 @@ def _raise_unexpected(message: Ready | Result | End | Error) -> NoReturn:
     raise StreamError("protocol", f"unexpected {message.type} message")
 
 
-async def _send(ws: ClientConnection, frames: AsyncIterator[bytes], transcript: Transcript) -> None:
+async def _send(
+    ws: ClientConnection,
+    frames: AsyncIterator[bytes],
+    transcript: Transcript,
+    sample_bytes: int,
+) -> None:
     try:
         async for frame in frames:
             if transcript.first_audio_at is None:
                 transcript.first_audio_at = time.monotonic()
             await ws.send(frame)
+            transcript.samples_sent += len(frame) // sample_bytes
         transcript.stop_at = time.monotonic()
         await ws.send(Stop().model_dump_json())
     except ConnectionClosed:
@@ -193,23 +216,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true", help="send a file as fast as possible")
     parser.add_argument("--frame-ms", type=float, default=100.0)
     parser.add_argument("--token", default=os.environ.get("ASR_API_KEY") or None)
+    parser.add_argument(
+        "--format", choices=FORMATS, help="print the whole transcript in this format at the end"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE", help="write the transcript to FILE (format: its suffix)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if (args.file is None) == (not args.mic):
         raise ValueError("give either an audio FILE or --mic")
+    output = args.format
+    if args.out is not None:
+        output = output or format_of(args.out)
+        if not args.out.parent.is_dir():
+            raise ValueError(f"cannot write {args.out}: {args.out.parent} is not a directory")
+    live = _live_printer(transcript_on_stdout=output is not None and args.out is None)
     try:
-        asyncio.run(_main(args))
+        transcript = asyncio.run(_main(args, live))
     except StreamError as err:
         print(f"asr stream: server error {err}", file=sys.stderr)
         return 1
     except OSError as err:
         print(f"asr stream: cannot reach {args.url}: {err}", file=sys.stderr)
         return 1
+    if output is None:
+        return 0
+    document = render(output, transcript.segments, transcript.audio_seconds)
+    if args.out is None:
+        sys.stdout.write(document)
+        return 0
+    try:
+        args.out.write_text(document, encoding="utf-8")
+    except OSError as err:
+        print(f"asr stream: cannot write {args.out}: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
-async def _main(args: argparse.Namespace) -> None:
+def _live_printer(transcript_on_stdout: bool) -> Printer | None:
+    """The live text goes to stdout, unless the transcript goes there: then to stderr when
+    that is a terminal, else nowhere."""
+    if not transcript_on_stdout:
+        return Printer(sys.stdout)
+    return Printer(sys.stderr) if sys.stderr.isatty() else None
+
+
+async def _main(args: argparse.Namespace, on_result: Callable[[Result], None] | None) -> Transcript:
     if args.mic:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
@@ -218,4 +272,4 @@ async def _main(args: argparse.Namespace) -> None:
     else:
         samples, rate = load_file(args.file)
         frames = file_frames(samples, rate, args.frame_ms, paced=not args.fast)
-    await stream(args.url, frames, rate, token=args.token, on_result=Printer())
+    return await stream(args.url, frames, rate, token=args.token, on_result=on_result)

@@ -174,6 +174,7 @@ class Result(_Message):
     segment: int
     text: str
     tokens: list[str]
+    token_times: list[float]  # when each token was emitted, seconds from the stream's start
     start: float
     end: float
     final: bool

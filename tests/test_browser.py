@@ -5,7 +5,10 @@ Chromium is driven over the DevTools protocol with the ``websockets`` package
 A browser capture path is not bit-exact (device clock, start offset, the page's
 own FIR resampler), so the reference transcript is the offline transcription
 of exactly the audio the server received; that audio is also checked against
-the file itself, so the page really captured and correctly resampled it.
+the file itself, so the page really captured and correctly resampled it. The
+level meter must show the file's level before any text arrives; the copy
+button must put the transcript on the clipboard, and the downloads must be
+the transcript as text and as SRT.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import soundfile
 from websockets.asyncio.client import connect
 
 from asr.audio import resample
+from asr.formats import plain_text, srt
 from server.live import LiveServer
 from server.settings import Settings
 from tests.test_bundled_model import HELDOUT, MODEL
+from tests.test_formats import parse_subtitles
 from tests.test_server_support import write_wav
 
 CHROMIUM = next(
@@ -56,8 +61,8 @@ class Recording:
 
         lane.open, lane.worker.accept = recorded_open, recorded_accept
 
-    def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
-        return self.lane.recognizer.transcribe(samples, sample_rate)
+    def segments(self, samples: np.ndarray, sample_rate: int) -> list:
+        return self.lane.recognizer.transcribe_segments(samples, sample_rate)
 
 
 class DevTools:
@@ -200,10 +205,11 @@ def aligned_snr(received: np.ndarray, reference: np.ndarray) -> tuple[float, flo
     return float(best), m
 
 
-def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> None:
+def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> list:
     """The page's transcript is the server's transcript of the audio it got, and that audio
     is the file, properly low-passed and resampled (aliasing of the 12 kHz tone would
-    bring the SNR below 0 dB; a good capture path gives 40 to 75 dB)."""
+    bring the SNR below 0 dB; a good capture path gives 40 to 75 dB). Returns the final
+    segments of that transcript."""
     recognizer = server.recording
     rate, chunks = recognizer.streams[-1]
     received = np.concatenate(chunks)
@@ -211,9 +217,10 @@ def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> Non
     snr, overlap = aligned_snr(resample(received, rate, 16000), resample(audio, RATE, 16000))
     assert overlap >= 3.2 * 16000, "most of the file must have been captured"
     assert snr > 30, f"received audio differs from the resampled file: SNR {snr:.1f} dB"
-    expected = recognizer.transcribe(received, rate)
-    assert expected, "the test model should say something"
-    assert " ".join(page_text.split()) == expected
+    segments = recognizer.segments(received, rate)
+    assert plain_text(segments), "the test model should say something"
+    assert " ".join(page_text.split()) == plain_text(segments)
+    return segments
 
 
 def open_page(server: LiveServer, tmp_path: Path, wav: Path, drive) -> tuple:
@@ -230,6 +237,8 @@ def open_page(server: LiveServer, tmp_path: Path, wav: Path, drive) -> tuple:
 
 
 STATE = "document.getElementById('state').textContent"
+LEVEL = "document.getElementById('level').value"
+FLOOR_DB = -60  # the meter's bottom
 # module scripts run before the load event, so the page's handlers exist after this
 LOADED = "location.protocol === 'http:' && document.readyState === 'complete'"
 
@@ -247,30 +256,56 @@ def test_page_streams_microphone(server, audio, tmp_path, send):
             await tools.eval(f"document.getElementById('rate').value = {send!r}")
             await tools.click("#mic")
             await tools.wait_for(f"{STATE}.startsWith('streaming')", 30)
-            partials = set()
+            partials, levels = set(), []
             for _ in range(int(len(audio) / RATE * 10) + 10):  # the file, and 1 s more
-                partials.add(await tools.eval("document.getElementById('partial').textContent"))
+                level, partial, finals = await tools.eval(
+                    f"[{LEVEL}, document.getElementById('partial').textContent,"
+                    " document.getElementById('finals').textContent]"
+                )
+                partials.add(partial)
+                levels.append((level, bool(partial or finals)))
                 await asyncio.sleep(0.1)
             await tools.click("#mic")
             await tools.wait_for(f"{STATE} === 'closed (1000)'", 30)
             assert await tools.eval("document.getElementById('error').hidden"), tools.console
+            assert await tools.eval(f"{LEVEL} === {FLOOR_DB}"), "the meter rests once stopped"
             finals = await tools.eval("document.getElementById('finals').textContent")
-            return finals, partials
+            return finals, partials, levels
 
-    finals, partials = open_page(server, tmp_path, wav, drive)
+    finals, partials, levels = open_page(server, tmp_path, wav, drive)
     print("page transcript:", finals)
     assert partials - {""}, "partial text should show while speaking"
     check_received(server, audio, finals)
+    # The meter reads the file's peak level (dB full scale), shows speech before any text
+    # arrives, and follows the sound down (to the tone alone, -14 dB, between words).
+    peak_db = 20 * np.log10(np.abs(audio).max())
+    loudest = max(level for level, _ in levels)
+    assert peak_db - 2 <= loudest <= peak_db + 0.5, (peak_db, levels)
+    assert any(level > peak_db - 10 and not text for level, text in levels), levels
+    assert min(level for level, _ in levels) < peak_db - 10, levels
 
 
-def test_page_streams_a_picked_file(server, audio, tmp_path):
+def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_path):
+    """Stream a picked file; then copy the transcript and download it as text and SRT."""
     wav = write_wav(tmp_path / "file.wav", audio, RATE)
+    downloads = tmp_path / "downloads"
 
-    async def drive(url: str) -> str:
+    async def drive(url: str) -> tuple[str, str, dict[str, str]]:
         async with connect(url, max_size=None) as ws:
             tools = DevTools(ws)
             await tools.call("Runtime.enable")
+            await tools.call(
+                "Browser.grantPermissions",
+                permissions=["clipboardReadWrite", "clipboardSanitizedWrite"],
+                origin=server.url(),
+            )
+            await tools.call("Emulation.setFocusEmulationEnabled", enabled=True)
+            await tools.call(
+                "Browser.setDownloadBehavior", behavior="allow", downloadPath=str(downloads)
+            )
             await tools.wait_for(LOADED, 30)
+            for button in ("copy", "download-txt", "download-srt"):
+                assert await tools.eval(f"document.getElementById('{button}').disabled")
             await tools.call("DOM.getDocument")
             found = await tools.call(
                 "Runtime.evaluate", expression="document.getElementById('file')"
@@ -280,7 +315,26 @@ def test_page_streams_a_picked_file(server, audio, tmp_path):
             )
             await tools.click("#send-file")
             await tools.wait_for(f"{STATE} === 'closed (1000)'", 60)
-            return await tools.eval("document.getElementById('finals').textContent")
+            finals = await tools.eval("document.getElementById('finals').textContent")
+            await tools.click("#copy")
+            await tools.wait_for("document.getElementById('copied').textContent === 'copied'", 10)
+            copied = await tools.eval("navigator.clipboard.readText()")
+            saved = {}
+            for fmt in ("txt", "srt"):
+                await tools.click(f"#download-{fmt}")
+                path = downloads / f"transcript.{fmt}"
+                deadline = time.monotonic() + 20
+                while not path.exists() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                saved[fmt] = path.read_text(encoding="utf-8")
+            assert await tools.eval("document.getElementById('error').hidden"), tools.console
+            return finals, copied, saved
 
-    finals = open_page(server, tmp_path, wav, drive)
-    check_received(server, audio, finals)
+    finals, copied, saved = open_page(server, tmp_path, wav, drive)
+    segments = check_received(server, audio, finals)
+    assert copied == plain_text(segments)
+    assert saved["txt"] == plain_text(segments) + "\n"
+    assert saved["srt"] == srt(segments)
+    cues = parse_subtitles("srt", saved["srt"])
+    assert (cues[0][0], cues[-1][1]) == (segments[0].start, segments[-1].end)
+    assert " ".join(text for _, _, text in cues) == plain_text(segments)

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from asr.formats import FORMATS, plain_text, render
 from server.live import LiveServer
 from server.settings import Settings
-from tests.test_server_support import offline_text, speechlike, write_wav
+from tests.test_server_support import offline_text, recognizer, speechlike, write_wav
 
 KEY = "client-key"
 
@@ -49,6 +50,47 @@ def test_client_prints_transcript(server, tiny_bundle, tmp_path, fast):
     assert " ".join(done.stdout.splitlines()) == expected
     if not fast:
         assert elapsed >= 1.4  # real-time pacing
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_client_writes_the_transcript_formats(server, tiny_bundle, tmp_path, fmt):
+    """--format F prints the whole transcript in F at the end; --out FILE writes it there (the
+    format from FILE's suffix) and leaves the live finals on stdout. Both are what the one
+    formatter makes of the offline segments: the stream's finals carry the same times."""
+    samples = speechlike(3.0, 16000, seed=12)
+    wav = write_wav(tmp_path / "speech.wav", samples, 16000)
+    segments = recognizer(str(tiny_bundle)).transcribe_segments(samples, 16000)
+    expected = render(fmt, segments, 3.0)
+    url = server.url("/v1/stream", "ws")
+    done = asr_stream(str(wav), "--url", url, "--fast", "--format", fmt)
+    assert (done.returncode, done.stdout, done.stderr) == (0, expected, ""), done.stderr
+    out = tmp_path / f"transcript.{fmt}"
+    done = asr_stream(str(wav), "--url", url, "--fast", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="utf-8") == expected
+    assert " ".join(done.stdout.splitlines()) == plain_text(segments)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "docx"], "invalid choice: 'docx'"),
+        (["--out", "transcript.docx"], "cannot tell the format of transcript.docx"),
+        (["--out", "missing/transcript.srt"], "missing is not a directory"),
+    ],
+)
+def test_client_refuses_output_it_cannot_write(tmp_path, args, message):
+    """Refused before connecting (the URL is unreachable): exit status 2 and the reason."""
+    wav = write_wav(tmp_path / "speech.wav", speechlike(0.5), 16000)
+    done = subprocess.run(
+        [sys.executable, "-m", "asr.cli", "stream", str(wav), "--url", "ws://127.0.0.1:9/", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_client_reports_server_errors(server, tmp_path):

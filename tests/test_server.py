@@ -20,10 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from asr.formats import FORMATS, MEDIA_TYPES, render, transcript_record
 from server.client import Transcript, file_frames, stream
 from server.live import LiveServer
 from server.settings import Settings
-from tests.test_server_support import offline_text, s16le, speechlike
+from tests.test_formats import parse_subtitles
+from tests.test_server_support import offline_text, recognizer, s16le, speechlike
 
 KEY = "s3cret-key"
 ORIGIN = "http://good.example"
@@ -321,13 +323,19 @@ def test_graceful_shutdown_flushes_open_sessions(tiny_bundle):
 # --- HTTP ---------------------------------------------------------------------
 
 
-def post(live: LiveServer, path: str, body: bytes, headers: dict) -> tuple[int, dict]:
+def post_raw(live: LiveServer, path: str, body: bytes, headers: dict) -> tuple[int, str, bytes]:
+    """Status, Content-Type and body of a POST."""
     request = urllib.request.Request(live.url(path), data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
+            return response.status, response.headers["Content-Type"], response.read()
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+        return err.code, err.headers["Content-Type"], err.read()
+
+
+def post(live: LiveServer, path: str, body: bytes, headers: dict) -> tuple[int, dict]:
+    status, _, data = post_raw(live, path, body, headers)
+    return status, json.loads(data)
 
 
 def multipart(filename: str, data: bytes) -> tuple[bytes, dict]:
@@ -345,6 +353,7 @@ def multipart(filename: str, data: bytes) -> tuple[bytes, dict]:
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 RAW = {"Content-Type": "application/octet-stream"}
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
@@ -412,6 +421,61 @@ def test_http_transcribe_undecodable_file(server):
 def test_http_upload_limit(limited):
     status, result = post(limited, "/v1/transcribe?sample_rate=16000", bytes(70 * 1024), {})
     assert (status, result["code"]) == (413, "too_large")
+
+
+# --- transcript formats ---------------------------------------------------------
+
+LONG = speechlike(6.0, seed=5)  # several segments of the tiny model
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_http_transcribe_formats(server, tiny_bundle, fmt):
+    """?format= answers in that format and media type, exactly what the one formatter makes of
+    the offline segments; subtitles parse and span the segments."""
+    segments = recognizer(str(tiny_bundle)).transcribe_segments(LONG, 16000)
+    assert segments, "the test model should say something"
+    path = f"/v1/transcribe?sample_rate=16000&encoding=pcm_s16le&format={fmt}"
+    status, media_type, body = post_raw(server, path, s16le(LONG), RAW | AUTH)
+    assert status == 200, body
+    assert media_type == MEDIA_TYPES[fmt]
+    text = body.decode()
+    if fmt == "json":
+        assert json.loads(text) == transcript_record(segments, 6.0)
+        assert post(server, path.replace("&format=json", ""), s16le(LONG), RAW | AUTH)[1] == (
+            json.loads(text)
+        ), "JSON is the default"
+        return
+    assert text == render(fmt, segments, 6.0)
+    if fmt == "txt":
+        assert text == offline_text(tiny_bundle, LONG, 16000) + "\n"
+        return
+    cues = parse_subtitles(fmt, text)
+    assert (cues[0][0], cues[-1][1]) == (segments[0].start, segments[-1].end)
+    assert " ".join(c[2] for c in cues) == " ".join(s.text for s in segments)
+
+
+def test_http_format_converts_a_json_transcript(server):
+    """/v1/format gives what /v1/transcribe would have given in that format (the page's
+    downloads), and refuses anything but a JSON transcript."""
+    path = "/v1/transcribe?sample_rate=16000"
+    status, transcript = post(server, path, s16le(LONG), RAW | AUTH)
+    assert status == 200
+    body = json.dumps(transcript).encode()
+    for fmt in ("srt", "vtt", "txt"):
+        direct = post_raw(server, f"{path}&format={fmt}", s16le(LONG), RAW | AUTH)
+        assert post_raw(server, f"/v1/format?format={fmt}", body, JSON | AUTH) == direct
+    for bad in (b"{not json", b"[]", json.dumps({"text": "", "segments": [{}]}).encode()):
+        status, error = post(server, "/v1/format?format=srt", bad, JSON | AUTH)
+        assert (status, error["type"], error["code"]) == (400, "error", "invalid_message")
+        assert error["message"].startswith("not a JSON transcript"), error
+    assert post(server, "/v1/format?format=srt", body, JSON)[1]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/transcribe?sample_rate=16000&", "/v1/format?"])
+def test_http_unknown_format_is_a_typed_error(server, endpoint):
+    status, error = post(server, f"{endpoint}format=docx", s16le(AUDIO), RAW | AUTH)
+    assert (status, error["type"], error["code"]) == (400, "error", "unsupported_format")
+    assert "'docx'" in error["message"] and "txt, json, srt, vtt" in error["message"]
 
 
 # --- health, schemas, metrics -------------------------------------------------

@@ -47,7 +47,7 @@ def test_client_messages_dispatch_on_type():
 
 
 def test_result_carries_the_final_flag():
-    event = Event("final", 2, "hi there", ["▁hi", "▁there"], 0.5, 1.25)
+    event = Event("final", 2, "hi there", ["▁hi", "▁there"], 0.5, 1.25, [0.84, 1.25])
     result = Result.from_event(event).model_dump()
     assert result == {
         "type": "final",
@@ -57,6 +57,7 @@ def test_result_carries_the_final_flag():
         "start": 0.5,
         "end": 1.25,
         "final": True,
+        "token_times": [0.84, 1.25],
     }
 
 

@@ -1,5 +1,6 @@
-"""The streaming session: same tokens as offline in any chunking, stable partials, endpoints,
-bounded state over long streams, and clear errors for bad input (issue 3, tests 1, 3 and 5).
+"""The streaming session: same tokens and token times as offline in any chunking, stable
+partials, endpoints, bounded state over long streams, and clear errors for bad input (issue 3,
+tests 1, 3 and 5).
 
 Offline decoding (``Recognizer.transcribe``) is compared with sessions fed the
 same audio in chunks of 1 ms, 10 ms, random sizes, 100 ms, 1 s and all at once,
@@ -67,11 +68,12 @@ def stream(recognizer: Recognizer, samples: np.ndarray, rate: int, sizes: list[i
 
 
 def finals(events: list[Event]) -> list[tuple]:
-    return [(e.segment, e.tokens, e.text, e.start, e.end) for e in events if e.final]
+    return [(e.segment, e.tokens, e.text, e.start, e.end, e.token_times) for e in events if e.final]
 
 
 def check_no_flicker(events: list[Event]) -> int:
-    """Each partial extends the previous partial of its segment; each final extends the last one.
+    """Each partial extends the previous partial of its segment; each final extends the last one;
+    every token has an emission time, in order, within its event's span.
 
     Returns the number of partials seen.
     """
@@ -80,6 +82,9 @@ def check_no_flicker(events: list[Event]) -> int:
     partials = 0
     for event in events:
         assert event.segment not in closed, f"event for segment {event.segment} after its final"
+        times = event.token_times  # one per token, in order, inside the event's span
+        assert len(times) == len(event.tokens) and times == sorted(times), event
+        assert not times or event.start < times[0] and times[-1] <= event.end, event
         before = last.get(event.segment, [])
         assert event.tokens[: len(before)] == before, (
             f"{event.kind} {event.tokens} does not extend partial {before}"

@@ -13,6 +13,7 @@ import pytest
 
 from asr.audio import read_audio
 from asr.bundle import load_model
+from asr.formats import FORMATS, render
 
 
 def asr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -69,3 +70,53 @@ def test_transcribe_without_a_model_says_where_it_looked_and_what_to_do(
     assert done.returncode == 2
     assert "models/default" in done.stderr and "--model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_transcribe_writes_every_format_to_an_out_dir(
+    tiny_bundle: Path, speech_dir: Path, tmp_path: Path
+) -> None:
+    """--out-dir DIR: DIR/NAME.FORMAT per input, what the one formatter makes of the offline
+    segments; stdout stays empty, and one file's transcript printed equals the file written."""
+    recognizer = load_model(tiny_bundle)
+    wavs = [speech_dir / "utt02.wav", speech_dir / "utt03.wav"]
+    segments = {w: recognizer.transcribe_segments(*read_audio(w)) for w in wavs}
+    durations = {w: len(read_audio(w)[0]) / read_audio(w)[1] for w in wavs}
+    out = tmp_path / "out" / "deeper"  # made on demand
+    for fmt in FORMATS:
+        args = ["--model", str(tiny_bundle), "--format", fmt, "--out-dir", str(out)]
+        done = asr("transcribe", *map(str, wavs), *args)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), done.stderr
+        for wav in wavs:
+            written = (out / f"{wav.stem}.{fmt}").read_text(encoding="utf-8")
+            assert written == render(fmt, segments[wav], durations[wav]), fmt
+    done = asr("transcribe", str(wavs[0]), "--model", str(tiny_bundle), "--format", "vtt")
+    assert done.stdout == (out / "utt02.vtt").read_text(encoding="utf-8")
+    assert done.stdout.startswith("WEBVTT\n\n") and " --> " in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["A", "--format", "docx"], "invalid choice: 'docx'"),
+        (["A", "B", "--format", "srt"], "--format srt prints the transcript of one file"),
+        (["A", "--out-dir", "OUT"], "--out-dir writes one file per input: give --format txt"),
+        (["A", "SAME", "--format", "txt", "--out-dir", "OUT"], "would both be written to"),
+    ],
+)
+def test_transcribe_refuses_output_that_cannot_work(
+    tiny_bundle: Path, speech_dir: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Refused before any model loads: exit status 2, the reason on stderr, nothing written."""
+    same = tmp_path / "other" / "utt00.wav"
+    same.parent.mkdir()
+    same.write_bytes((speech_dir / "utt00.wav").read_bytes())
+    names = {
+        "A": str(speech_dir / "utt00.wav"),
+        "B": str(speech_dir / "utt01.wav"),
+        "SAME": str(same),
+        "OUT": str(tmp_path / "out"),
+    }
+    done = asr("transcribe", *(names.get(a, a) for a in args), "--model", str(tiny_bundle))
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == "" and not (tmp_path / "out").exists()

@@ -1,9 +1,16 @@
-// Browser page: microphone or file -> /v1/stream -> partial and final text.
+// Browser page: microphone or file -> /v1/stream -> partial and final text; an input level
+// meter; the transcript copied, or downloaded as text or SRT (made by the server's formatter).
 import { SincResampler, toInt16 } from "./resampler.js";
 
 const MIC_FRAME_MS = 50;
 const FILE_FRAME_MS = 100;
+const METER_MS = 50;
+const FLOOR_DB = -60; // the meter's bottom: quieter is shown as silent
 const $ = (id) => document.getElementById(id);
+
+// The finals of the last stream and how much audio it sent: what copy and download give.
+const transcript = { results: [], samples: 0, rate: 16000 };
+const DOWNLOADS = ["copy", "download-txt", "download-srt"];
 
 function setState(text) {
   $("state").textContent = text;
@@ -14,10 +21,23 @@ function showError(text) {
   $("error").hidden = !text;
 }
 
-function clearTranscript() {
+function clearTranscript(rate) {
   $("finals").replaceChildren();
   $("partial").textContent = "";
   showError("");
+  Object.assign(transcript, { results: [], samples: 0, rate });
+  DOWNLOADS.forEach((id) => ($(id).disabled = true));
+  $("copied").textContent = "";
+}
+
+// Peak level of the latest audio in dB full scale, so a user sees the input works before any
+// text arrives.
+function showLevel(samples) {
+  let peak = 0;
+  for (const v of samples) peak = Math.max(peak, Math.abs(v));
+  const db = Math.max(FLOOR_DB, 20 * Math.log10(peak || 1e-12));
+  $("level").value = db;
+  $("level-db").textContent = db > FLOOR_DB ? `${Math.round(db)} dB` : "silent";
 }
 
 function showResult(message) {
@@ -27,6 +47,8 @@ function showResult(message) {
   }
   $("partial").textContent = "";
   if (!message.text) return;
+  transcript.results.push(message);
+  DOWNLOADS.forEach((id) => ($(id).disabled = false));
   const span = document.createElement("span");
   span.className = "final";
   span.textContent = message.text;
@@ -99,7 +121,9 @@ class Connection {
   }
 
   send(pcm) {
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.send(pcm);
+    if (this.ws.readyState !== WebSocket.OPEN) return;
+    this.ws.send(pcm);
+    transcript.samples += pcm.byteLength / 2; // Int16
   }
 
   // Ask for the last finals and wait for the server to close.
@@ -114,20 +138,33 @@ class Connection {
 
 let mic = null; // the running microphone capture, if any
 
+// The level meter of a capture: an analyser on the source, read every METER_MS.
+function startMeter(context, source) {
+  const analyser = context.createAnalyser();
+  analyser.fftSize = 2048;
+  source.connect(analyser);
+  const samples = new Float32Array(analyser.fftSize);
+  return setInterval(() => {
+    analyser.getFloatTimeDomainData(samples);
+    showLevel(samples);
+  }, METER_MS);
+}
+
 async function startMic() {
-  clearTranscript();
   const media = await navigator.mediaDevices.getUserMedia({
     audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
   });
   const context = new AudioContext();
-  await context.audioWorklet.addModule("/static/capture-worklet.js");
   const rate = targetRate(context.sampleRate);
+  clearTranscript(rate);
+  const source = context.createMediaStreamSource(media);
+  mic = { media, context, source, meter: startMeter(context, source) }; // the level shows at once
   const connection = new Connection(rate);
   try {
+    await context.audioWorklet.addModule("/static/capture-worklet.js");
     await connection.open();
   } catch (err) {
-    media.getTracks().forEach((t) => t.stop());
-    await context.close();
+    await releaseMic();
     throw err;
   }
   const node = new AudioWorkletNode(context, "capture", {
@@ -136,16 +173,17 @@ async function startMic() {
   const flushed = new Promise((resolve) => {
     node.port.onmessage = (event) => (event.data === "flushed" ? resolve() : connection.send(event.data));
   });
-  const source = context.createMediaStreamSource(media);
   source.connect(node);
   node.connect(context.destination); // keeps the node rendering; it outputs silence
-  mic = { media, context, node, source, connection, flushed };
+  Object.assign(mic, { node, connection, flushed });
   connection.closed.then(() => mic && releaseMic());
 }
 
 async function releaseMic() {
-  const { media, context, source } = mic;
+  const { media, context, source, meter } = mic;
   mic = null;
+  clearInterval(meter);
+  showLevel([]);
   source.disconnect();
   media.getTracks().forEach((t) => t.stop());
   await context.close();
@@ -181,7 +219,6 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // Decode a file, convert it to the declared rate, send it in real time.
 async function streamFile(file) {
-  clearTranscript();
   const decoder = new AudioContext();
   const audio = await decoder.decodeAudioData(await file.arrayBuffer());
   await decoder.close();
@@ -190,6 +227,7 @@ async function streamFile(file) {
     audio.getChannelData(c).forEach((v, i) => (mono[i] += v / audio.numberOfChannels));
   }
   const rate = targetRate(audio.sampleRate);
+  clearTranscript(rate);
   const resampler = new SincResampler(audio.sampleRate, rate);
   const head = resampler.process(mono);
   const tail = resampler.flush();
@@ -202,8 +240,11 @@ async function streamFile(file) {
   const started = performance.now();
   for (let i = 0; i * frame < samples.length; i++) {
     await sleep(started + i * FILE_FRAME_MS - performance.now());
-    connection.send(toInt16(samples.subarray(i * frame, (i + 1) * frame)).buffer);
+    const chunk = samples.subarray(i * frame, (i + 1) * frame);
+    showLevel(chunk);
+    connection.send(toInt16(chunk).buffer);
   }
+  showLevel([]);
   await connection.stop();
 }
 
@@ -222,3 +263,63 @@ $("send-file").addEventListener("click", async () => {
     $("send-file").disabled = false;
   }
 });
+
+// -- copy and download ---------------------------------------------------------
+
+function transcriptText() {
+  return transcript.results.map((r) => r.text).join(" ");
+}
+
+async function copyText() {
+  const text = transcriptText();
+  if (navigator.clipboard && window.isSecureContext) {
+    await navigator.clipboard.writeText(text);
+  } else {
+    // plain http to another host: the clipboard API is off, copy a selection instead
+    const range = document.createRange();
+    range.selectNodeContents($("finals"));
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    if (!document.execCommand("copy")) throw new Error("the browser refused to copy");
+    getSelection().removeAllRanges();
+  }
+  $("copied").textContent = "copied";
+}
+
+// The transcript in ``format``, from the server's /v1/format (the same formatter as
+// `asr transcribe` and POST /v1/transcribe), saved as transcript.<format>.
+async function download(format) {
+  const headers = { "Content-Type": "application/json" };
+  const token = new URLSearchParams(location.search).get("token");
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const body = {
+    text: transcriptText(),
+    duration: transcript.samples / transcript.rate,
+    segments: transcript.results,
+  };
+  const url = new URL(`/v1/format?format=${format}`, location.href);
+  const response = await fetch(url, { method: "POST", headers, body: JSON.stringify(body) });
+  if (!response.ok) {
+    const error = await response.json();
+    throw new Error(`${error.code}: ${error.message}`);
+  }
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(await response.blob());
+  link.download = `transcript.${format}`;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
+for (const [id, action] of [
+  ["copy", copyText],
+  ["download-txt", () => download("txt")],
+  ["download-srt", () => download("srt")],
+]) {
+  $(id).addEventListener("click", async () => {
+    try {
+      await action();
+    } catch (err) {
+      showError(err.message || String(err));
+    }
+  });
+}
