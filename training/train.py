@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import io
 import math
@@ -177,9 +178,23 @@ def configure_cpu(threads: int) -> None:
     torch.set_flush_denormal(True)
 
 
+@functools.cache
+def cpu_bfloat16_works() -> bool:
+    """Whether this CPU runs LSTMs under bfloat16 autocast. oneDNN's bfloat16 LSTM needs
+    AVX512-BF16 (or AMX); without it (an AMD EPYC here) it cannot create the primitive."""
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            torch.nn.LSTM(4, 4, batch_first=True)(torch.zeros(1, 2, 4))
+    except RuntimeError:
+        return False
+    return True
+
+
 def step_precision(precision: str, device_type: str) -> torch.autocast:
-    """The autocast context a training step's forward runs under (train.precision)."""
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    """The autocast context a training step's forward runs under (train.precision);
+    bfloat16 on a CPU that cannot run it is float32 (``Trainer.prepare`` says so)."""
+    enabled = precision == "bfloat16" and (device_type != "cpu" or cpu_bfloat16_works())
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def lr_factor(
@@ -313,6 +328,8 @@ class Trainer:
             ),
         )
         self.augment = SpecAugment(self.cfg.spec) if self.cfg.specaugment else None
+        if self.cfg.precision == "bfloat16" and not cpu_bfloat16_works():
+            self.log("train.precision=bfloat16: this CPU cannot run LSTMs in bfloat16, so float32")
         hours = sum(u.frames for u in self.train_set) * self.frame_seconds / 3600
         self.log(
             f"{len(self.train_set)} training utterances ({hours:.2f} h), "
