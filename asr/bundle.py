@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from asr.config import FORMAT_VERSION, Config
 from asr.features import CMVN
-from asr.frontend import BUNDLE_ENCODER_FILE, frontend_dim, load_frontend
+from asr.frontend import BUNDLE_ENCODER_FILE, BUNDLE_TEACHER_FILE, frontend_dim, load_frontend
 from asr.lm import LM_FILE
 from asr.model import Seq2Seq
 from asr.recognizer import Recognizer
@@ -55,8 +55,10 @@ def save_bundle(
         CARD: lambda p: Path(p).write_text(card),
     }
     if config.model.frontend == "whisper":
-        encoder = load_frontend(config.model).encoder_file
-        writers[BUNDLE_ENCODER_FILE] = lambda p: shutil.copyfile(encoder, p)
+        frontend = load_frontend(config.model)
+        writers[BUNDLE_ENCODER_FILE] = lambda p: shutil.copyfile(frontend.encoder_file, p)
+        if config.decode.two_pass:
+            writers[BUNDLE_TEACHER_FILE] = lambda p: shutil.copyfile(frontend.teacher_file, p)
     for name, write in writers.items():
         tmp = out / f".{name}.tmp"
         write(tmp)

@@ -135,6 +135,10 @@ class DecodeConfig:
     endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence
+    # Whisper front end: recompute each segment's final, at its endpoint, from the
+    # full-attention teacher over that segment, with the same LAS layers and decoder (the
+    # streaming pass still gives the partials); a bundle saved with it carries the teacher
+    two_pass: bool = False
     # Shallow fusion: add this times the bundle's token n-gram log-probabilities (lm.npz,
     # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
     lm_weight: float = 0.0

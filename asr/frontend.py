@@ -37,6 +37,7 @@ from asr.whisper_encoder import (
 from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel
 
 BUNDLE_ENCODER_FILE = "whisper_encoder.safetensors"
+BUNDLE_TEACHER_FILE = "whisper_teacher.safetensors"  # two-pass bundles only
 
 
 class FrontendStream(Protocol):
@@ -61,6 +62,8 @@ class Frontend:
     cfg: ModelConfig
     encoder: WhisperEncoder | None = None  # the whisper kind's encoder (shared by streams)
     encoder_file: Path | None = None
+    teacher: WhisperEncoder | None = None  # full attention, for two-pass finals
+    teacher_file: Path | None = None
 
     @property
     def dim(self) -> int:
@@ -83,6 +86,17 @@ class Frontend:
         """[T, dim] frames of a whole utterance: a fresh stream fed once and finished."""
         stream = self.stream()
         return np.concatenate([stream.accept(samples), stream.finish()])
+
+    def full_attention(self) -> WhisperEncoder:
+        """The teacher two-pass finals read (loaded on first use)."""
+        if self.teacher is None:
+            if self.teacher_file is None or not self.teacher_file.is_file():
+                raise ValueError(
+                    "two-pass finals need the full-attention Whisper encoder, which this model "
+                    f"lacks ({self.teacher_file or 'fbank front end'})"
+                )
+            self.teacher = load_encoder(self.teacher_file)
+        return self.teacher
 
     def cache_key(self) -> dict[str, Any]:
         """What the frames depend on (training caches frames under a hash of it)."""
@@ -107,6 +121,25 @@ class _WhisperStream:
     def __init__(self, cfg: ModelConfig, encoder: WhisperEncoder) -> None:
         self.mel = StreamingWhisperMel(cfg.whisper.floor)
         self.encoder = encoder.stream(cfg.whisper.streaming())
+        # log-mel frames kept for a second pass: from frame self._kept_from on
+        self.keep = False
+        self._kept: list[torch.Tensor] = []
+        self._kept_from = 0
+        self._kept_count = 0
+
+    def remember(self, mel: torch.Tensor) -> None:
+        if self.keep and len(mel):
+            self._kept.append(mel)
+            self._kept_count += len(mel)
+
+    def mel_between(self, first: int, end: int) -> torch.Tensor:
+        """Kept log-mel frames [first, end) (a second pass's input), and forget those before end."""
+        kept = torch.cat(self._kept) if self._kept else torch.zeros(0, N_MELS)
+        part = kept[max(0, first - self._kept_from) : max(0, end - self._kept_from)]
+        drop = max(0, min(end, self._kept_from + len(kept)) - self._kept_from)
+        self._kept = [kept[drop:]]
+        self._kept_from += drop
+        return part
 
     def accept(self, samples: np.ndarray) -> np.ndarray:
         return frames_of_many([self], [samples], [False])[0]
@@ -134,6 +167,8 @@ def frames_of_many(
     for stream, x, last in zip(whisper, audio, finish):
         parts = [stream.mel.accept(x)] if len(x) else []
         mels.append(torch.from_numpy(_join([*parts, stream.mel.finish()] if last else parts)))
+    for stream, mel in zip(whisper, mels):
+        stream.remember(mel)
     states = encode_streams([s.encoder for s in whisper], mels, finish)
     return [t.numpy() for t in states]
 
@@ -156,4 +191,7 @@ def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:
     if encoder.dims.d_model != frontend_dim(cfg):
         raise ValueError(f"{path}: width {encoder.dims.d_model}, expected {frontend_dim(cfg)}")
     torch.set_flush_denormal(True)
-    return Frontend(cfg, quantized(encoder) if cfg.whisper.int8 else encoder, path)
+    teacher = (
+        Path(cfg.whisper.teacher) / WEIGHTS_FILE if bundle is None else bundle / BUNDLE_TEACHER_FILE
+    )
+    return Frontend(cfg, quantized(encoder) if cfg.whisper.int8 else encoder, path, None, teacher)

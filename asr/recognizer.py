@@ -38,9 +38,16 @@ class Recognizer:
         if self.frontend is None:
             self.frontend = load_frontend(self.config.model)
 
-    def set_search(self, beam: int | None = None, lm_weight: float | None = None) -> None:
-        """Override the bundle's beam size and LM weight (None keeps them), checking both."""
+    def set_search(
+        self, beam: int | None = None, lm_weight: float | None = None, two_pass: bool | None = None
+    ) -> None:
+        """Override the bundle's beam size, LM weight and two-pass finals (None keeps them),
+        checking each."""
         decode = self.config.decode
+        if two_pass is not None:
+            if two_pass and self.frontend is not None:
+                self.frontend.full_attention()  # fails now, naming what is missing
+            decode.two_pass = two_pass
         if beam is not None:
             if beam < 1:
                 raise ValueError(f"--beam must be >= 1, got {beam}")

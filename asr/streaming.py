@@ -19,7 +19,7 @@ import torch
 
 from asr.audio import StreamResampler, check_sample_rate, check_samples
 from asr.config import Config
-from asr.decoding import Segment, SegmentSearch
+from asr.decoding import Segment, SegmentSearch, decode_batch
 from asr.events import Event
 from asr.frontend import Frontend, frames_of_many
 from asr.lm import TokenLM
@@ -132,6 +132,11 @@ class StreamingSession:
         self.sample_rate = check_sample_rate(sample_rate)
         self._resampler = StreamResampler(self.sample_rate, frontend.sample_rate)
         self._frames = frontend.stream()
+        self._teacher = frontend.full_attention() if config.decode.two_pass else None
+        if self._teacher is not None and config.decode.max_segment_s > 30:
+            raise ValueError("two-pass finals cover at most 30 s: set decode.max_segment_s <= 30")
+        if self._teacher is not None:
+            self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)
         self._search = SegmentSearch(model, config.decode, lm)
         self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))
@@ -236,11 +241,30 @@ class StreamingSession:
 
     def _final(self, segment: Segment | None) -> list[Event]:
         self._partial = []
+        if segment is not None and self._teacher is not None:
+            segment = self._second_pass(segment)
         if segment is None or not segment.tokens:
             return []
         event = self._event("final", segment.tokens, segment.start, segment.end, segment.positions)
         self._segment += 1
         return [event]
+
+    def _second_pass(self, segment: Segment) -> Segment:
+        """The segment again, from the full-attention teacher over its log-mel frames, through
+        the same LAS layers (from a fresh state, as training runs each utterance) and decoder."""
+        assert self._teacher is not None
+        mel_per_state = 2 * self._frames_per_state
+        mel = self._frames.mel_between(  # type: ignore[attr-defined]
+            segment.start * mel_per_state, segment.end * mel_per_state
+        )
+        if not segment.tokens or len(mel) < 2:
+            return segment  # the streaming pass heard nothing here: no second look
+        states, _ = self._teacher(mel.unsqueeze(0))
+        length = torch.tensor([states.shape[1]])
+        found = decode_batch(self.model, states, length, self.config.decode)[0]
+        tokens = [t for part in found for t in part.tokens]
+        positions = [segment.start + p if p >= 0 else p for part in found for p in part.positions]
+        return Segment(tokens, positions, segment.start, segment.end)
 
     def _event(
         self, kind: str, tokens: list[int], start: int, end: int, positions: list[int]

@@ -49,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lm-weight", type=float, help="shallow-fusion LM weight (default: the bundle's)"
     )
     parser.add_argument(
+        "--two-pass",
+        action=argparse.BooleanOptionalAction,
+        help="finals from the full-attention Whisper encoder over each segment (default: the "
+        "bundle's decode.two_pass)",
+    )
+    parser.add_argument(
         "--format",
         choices=(LISTING, *FORMATS),
         default=LISTING,
@@ -106,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             "`asr train` (see README.md) and put it there"
         )
     recognizer = load_model(args.model)
-    recognizer.set_search(args.beam, args.lm_weight)
+    recognizer.set_search(args.beam, args.lm_weight, args.two_pass)
     if args.out_dir is not None:
         args.out_dir.mkdir(parents=True, exist_ok=True)
 

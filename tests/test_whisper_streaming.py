@@ -126,3 +126,63 @@ def test_int8_encoder_stays_near_float(whisper_bundle: Path, utterances: list) -
     cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
     # measured on this utterance: relative squared error 0.03, cosine 0.98
     assert relative < 0.08 and cosine > 0.95
+
+
+def test_two_pass_finals_come_from_the_teacher_over_each_segment(
+    whisper_bundle: Path, tmp_path: Path, utterances: list[tuple[np.ndarray, int]]
+) -> None:
+    import torch
+
+    from asr.audio import resample
+    from asr.bundle import save_bundle
+    from asr.config import Config
+    from asr.decoding import decode_batch
+    from asr.features import CMVN
+    from asr.whisper_features import log_mel
+
+    teacher = f"model.whisper.teacher={REPO / 'models' / 'whisper-base'}"
+    one_segment = [
+        "decode.endpoint_on_eos=false",
+        "decode.max_segment_s=30",
+        "decode.max_tokens=500",
+    ]
+    config = Config.load(
+        whisper_bundle / "config.json", [teacher, "decode.two_pass=true", *one_segment]
+    )
+    first = load_model(whisper_bundle)
+    directory = save_bundle(
+        tmp_path / "two-pass",
+        config,
+        first.model,
+        whisper_bundle / "tokenizer.model",
+        CMVN.load(whisper_bundle / "cmvn.json"),
+        "# two-pass test bundle\n",
+    )
+    assert (directory / "whisper_teacher.safetensors").is_file()
+    recognizer = load_model(directory)
+    assert recognizer.frontend is not None
+    differs = 0
+    for i, (samples, rate) in enumerate(utterances[:4]):
+        x = resample(samples, rate, 16000)
+        offline = finals(recognizer.transcribe_segments(x, 16000))
+        streamed = finals(stream(recognizer, x, 16000, chunk_sizes("random", 16000, len(x), i)))
+        assert streamed == offline, f"utterance {i}"
+        # the one segment's final is the teacher's states through the same LAS layers and decoder
+        mel = torch.from_numpy(log_mel(x, config.model.whisper.floor))
+        states = ((len(mel) + 1) // 2) // 2  # Whisper states, then the 2x LAS pyramid
+        with torch.no_grad():
+            taught, _ = recognizer.frontend.full_attention()(mel[: 4 * states][None])
+            found = decode_batch(
+                recognizer.model, taught, torch.tensor([taught.shape[1]]), config.decode
+            )[0]
+        expected = [t for part in found for t in part.tokens]
+        assert [e[1] for e in offline] == (
+            [recognizer.tokenizer.pieces(expected)] if expected else []
+        )
+        recognizer.set_search(two_pass=False)
+        differs += finals(recognizer.transcribe_segments(x, 16000)) != offline
+        recognizer.set_search(two_pass=True)
+    assert differs > 0  # the streaming pass alone says something else somewhere
+    plain = load_model(whisper_bundle)  # saved without two-pass finals: no teacher inside
+    with pytest.raises(ValueError, match="full-attention Whisper encoder"):
+        plain.set_search(two_pass=True)

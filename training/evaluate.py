@@ -59,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="shallow fusion with the bundle's lm.npz (default: the bundle's decode.lm_weight)",
     )
     parser.add_argument(
+        "--two-pass",
+        action=argparse.BooleanOptionalAction,
+        help="finals from the full-attention Whisper encoder over each segment (default: the "
+        "bundle's decode.two_pass)",
+    )
+    parser.add_argument(
         "--train-manifest",
         type=Path,
         help="the model's training manifest: also score words by their frequency in its text",
@@ -74,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recognizer = load_model(args.model)
-    recognizer.set_search(args.beam, args.lm_weight)
+    recognizer.set_search(args.beam, args.lm_weight, args.two_pass)
     if args.train_manifest and args.phones:
         raise ValueError(
             "--train-manifest scores words by frequency; it does not apply to --phones"
