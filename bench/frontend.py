@@ -1,7 +1,7 @@
 """Front-end benchmark: each encoder variant's cost, latency and how much a fixed probe hears.
 
     python bench/frontend.py --variants fbank teacher masked:8 student:exp/distill-c8/student \\
-        --probe-train data/synth/train.jsonl --probe-hours 2.35 --probe-minutes 9 \\
+        --probe-train data/synth/train.jsonl --probe-hours 2.35 --probe-epochs 10 \\
         --probe-test data/synth/test_seen_voices.jsonl data/synth/test_unseen_voices.jsonl
 
 Variants: ``fbank`` (80-dim filterbank, 10 ms); ``teacher`` (Whisper-base with full
@@ -15,8 +15,8 @@ For each it prints the algorithmic latency (how long after a piece of audio its
 frame exists, at worst), the one-thread real-time factor of the front end in float
 and with int8 linear layers (medians of interleaved repeats), and, with --probe-*,
 the greedy CER of a fixed probe on the test manifests: a 1-layer 256-unit LSTM with
-a CTC character head trained on the variant's frames for a fixed time (the same
-seed, data and budget for every variant).
+a CTC character head trained on the variant's frames for a fixed number of epochs
+(the same seed, data and budget for every variant).
 """
 
 from __future__ import annotations
@@ -152,52 +152,64 @@ def _targets(text: str) -> list[int]:
     return [CHARS.index(c) + 1 for c in text.lower() if c in CHARS]
 
 
-def probe_cer(
-    variant: Variant, train: list, tests: dict[str, list], minutes: float, seed: int = 0
-) -> dict[str, float]:
-    """Train the probe on the variant's frames for ``minutes``; greedy CER per test set."""
+def train_probe(
+    feats: list[torch.Tensor], texts: list[str], frame_seconds: float, epochs: int, seed: int = 0
+) -> tuple[Probe, list[float]]:
+    """The probe trained for ``epochs`` (a count, not a time, so a busy machine measures the
+    same thing) on frames and their texts -> (probe, mean CTC loss per epoch)."""
     torch.manual_seed(seed)
-    torch.set_num_threads(2)
-    feats = [torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE))) for e in train]
-    texts = [_targets(e.text) for e in train]
+    targets = [torch.tensor(_targets(t)) for t in texts]
     probe = Probe(feats[0].shape[1])
     optimizer = torch.optim.Adam(probe.parameters(), lr=1e-3)
-    budget, start, epoch = 60 * minutes, time.monotonic(), 0
-    max_frames = int(40 / (0.01 if variant.kind == "fbank" else 0.02))
-    while time.monotonic() - start < budget:
+    max_frames = int(40 / frame_seconds)
+    losses = []
+    for epoch in range(epochs):
+        total = []
         for batch in make_batches([len(f) for f in feats], max_frames, seed, epoch):
             x = nn.utils.rnn.pad_sequence([feats[i] for i in batch], batch_first=True)
-            lengths = torch.tensor([len(feats[i]) for i in batch])
-            y = [torch.tensor(texts[i]) for i in batch]
+            y = [targets[i] for i in batch]
             loss = nn.functional.ctc_loss(
                 probe(x).transpose(0, 1),
                 torch.cat(y),
-                lengths,
+                torch.tensor([len(feats[i]) for i in batch]),
                 torch.tensor([len(t) for t in y]),
                 zero_infinity=True,
             )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            if time.monotonic() - start >= budget:
-                break
-        epoch += 1
-    probe.eval()
-    scores = {}
-    with torch.no_grad():
-        for name, entries in tests.items():
-            refs, hyps = [], []
-            for e in entries:
-                best = probe(torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE)))[None])[
-                    0
-                ].argmax(-1)
-                collapsed = [
-                    int(t) for i, t in enumerate(best) if t and (i == 0 or t != best[i - 1])
-                ]
-                refs.append("".join(CHARS[t - 1] for t in _targets(e.text)).strip())
-                hyps.append("".join(CHARS[t - 1] for t in collapsed).strip())
-            scores[name] = cer(refs, hyps).rate
-    return scores
+            total.append(float(loss.detach()))
+        losses.append(sum(total) / len(total))
+    return probe.eval(), losses
+
+
+@torch.no_grad()
+def probe_cer(probe: Probe, feats: list[torch.Tensor], texts: list[str]) -> float:
+    """Greedy CTC decoding of each utterance's frames; CER against the texts."""
+    refs, hyps = [], []
+    for x, text in zip(feats, texts):
+        best = probe(x[None])[0].argmax(-1).tolist()
+        kept = [t for i, t in enumerate(best) if t and (i == 0 or t != best[i - 1])]
+        refs.append("".join(CHARS[t - 1] for t in _targets(text)).strip())
+        hyps.append("".join(CHARS[t - 1] for t in kept).strip())
+    return cer(refs, hyps).rate
+
+
+def probe_scores(
+    variant: Variant, train: list, tests: dict[str, list], epochs: int
+) -> dict[str, float]:
+    """Train the probe on the variant's frames of ``train``; its CER on each test set."""
+    torch.set_num_threads(2)
+
+    def frames(entries: list) -> list[torch.Tensor]:
+        return [torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE))) for e in entries]
+
+    seconds = 0.01 if variant.kind == "fbank" else 0.02
+    probe, _ = train_probe(frames(train), [e.text for e in train], seconds, epochs)
+    return {
+        name: probe_cer(probe, frames(entries), [e.text for e in entries])
+        for name, entries in tests.items()
+    }
 
 
 def main() -> None:
@@ -213,7 +225,7 @@ def main() -> None:
     parser.add_argument(
         "--probe-hours", type=float, default=2.35, help="first N hours of --probe-train"
     )
-    parser.add_argument("--probe-minutes", type=float, default=9.0)
+    parser.add_argument("--probe-epochs", type=int, default=10)
     parser.add_argument("--probe-test", nargs="*", type=Path, default=[])
     parser.add_argument("--probe-test-limit", type=int, default=300)
     args = parser.parse_args()
@@ -235,7 +247,7 @@ def main() -> None:
             hours += (entry.duration or 0.0) / 3600
         tests = {p.stem: read_manifest(p)[0][: args.probe_test_limit] for p in args.probe_test}
         for spec in args.variants:
-            cers[spec] = probe_cer(floats[spec], train, tests, args.probe_minutes)
+            cers[spec] = probe_scores(floats[spec], train, tests, args.probe_epochs)
             print(f"{spec}: probe CER {cers[spec]}", flush=True)
     names = [p.stem for p in args.probe_test]
     print(
