@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,3 +98,22 @@ class Recognizer:
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
         return plain_text(self.transcribe_segments(samples, sample_rate))
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """--beam, --lm-weight and --two-pass, the search settings a command may override
+    (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass)``)."""
+    parser.add_argument(
+        "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
+    )
+    parser.add_argument(
+        "--lm-weight",
+        type=float,
+        help="shallow fusion with the bundle's lm.npz (default: the bundle's decode.lm_weight)",
+    )
+    parser.add_argument(
+        "--two-pass",
+        action=argparse.BooleanOptionalAction,
+        help="finals from the full-attention Whisper encoder over each segment (default: the "
+        "bundle's decode.two_pass)",
+    )

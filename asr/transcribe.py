@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asr.formats import FORMATS, plain_text, render, transcript_record
+from asr.recognizer import add_search_arguments
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,16 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODEL,
         help=f"model bundle directory (default: {DEFAULT_MODEL})",
     )
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the bundle's)")
-    parser.add_argument(
-        "--lm-weight", type=float, help="shallow-fusion LM weight (default: the bundle's)"
-    )
-    parser.add_argument(
-        "--two-pass",
-        action=argparse.BooleanOptionalAction,
-        help="finals from the full-attention Whisper encoder over each segment (default: the "
-        "bundle's decode.two_pass)",
-    )
+    add_search_arguments(parser)
     parser.add_argument(
         "--format",
         choices=(LISTING, *FORMATS),

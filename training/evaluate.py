@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from asr.bundle import load_model
 from asr.decoding import decode_batch
-from asr.recognizer import Recognizer
+from asr.recognizer import Recognizer, add_search_arguments
 from asr.scoring import errors_by_frequency, score
 from training.dataset import entry_audio
 from training.manifest import Entry, read_manifest
@@ -50,20 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--phones", action="store_true", help="score PER after TIMIT 39-phone folding"
     )
     parser.add_argument("--plot", nargs="+", default=[], metavar="ID", help="utterances to plot")
-    parser.add_argument(
-        "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
-    )
-    parser.add_argument(
-        "--lm-weight",
-        type=float,
-        help="shallow fusion with the bundle's lm.npz (default: the bundle's decode.lm_weight)",
-    )
-    parser.add_argument(
-        "--two-pass",
-        action=argparse.BooleanOptionalAction,
-        help="finals from the full-attention Whisper encoder over each segment (default: the "
-        "bundle's decode.two_pass)",
-    )
+    add_search_arguments(parser)
     parser.add_argument(
         "--train-manifest",
         type=Path,
