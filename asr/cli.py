@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import sys
 
 # subcommand -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
@@ -22,28 +24,49 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def docstring(module_name: str) -> str | None:
+    """The module's docstring, read from its source without running it (None: the module is
+    not installed). Listing the subcommands must not import them: the server image has no
+    ``training`` package, and importing every module would make ``asr serve`` need it."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except ModuleNotFoundError:  # its package is missing
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    with open(spec.origin, encoding="utf-8") as source:
+        return ast.get_docstring(ast.parse(source.read())) or ""
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand is listed; only ``command``'s module is imported, for its options."""
     parser = argparse.ArgumentParser(
         prog="asr",
         description="Streaming speech recognition with hard monotonic attention.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module_name in COMMANDS.items():
-        module = importlib.import_module(module_name)
-        doc = (module.__doc__ or "").strip()
+        doc = docstring(module_name)
+        missing = f"not available: this installation has no {module_name}"
         cmd = sub.add_parser(
             name,
-            help=doc.splitlines()[0] if doc else None,
+            help=(doc or "").splitlines()[0] if doc is not None else missing,
             description=doc,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        module.add_arguments(cmd)
-        cmd.set_defaults(_run=module.run)
+        if name == command:
+            if doc is None:
+                parser.error(f"{name}: {missing}")
+            module = importlib.import_module(module_name)
+            module.add_arguments(cmd)
+            cmd.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

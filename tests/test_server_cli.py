@@ -76,3 +76,28 @@ def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
     # uvicorn re-raises the signal once it has shut down cleanly
     assert process.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
+
+
+def test_cli_lists_every_command_and_imports_only_the_one_it_runs():
+    """`asr --help` lists every subcommand from its module's docstring; building `serve`
+    imports no training module (the server image has none), `train --help` still works."""
+    probe = (
+        "import sys\n"
+        "from asr.cli import COMMANDS, build_parser\n"
+        "help = build_parser().format_help()\n"
+        "build_parser('serve')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'training' and '.' in m))\n"
+        "print(all(name in help for name in COMMANDS))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.splitlines() == ["[]", "True"], done.stderr
+    train = subprocess.run(
+        [sys.executable, "-m", "asr.cli", "train", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert train.returncode == 0 and "--resume" in train.stdout
