@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -25,7 +23,7 @@ from asr.lm import LM_FILE, TokenLM
 from asr.model import EOS_ID
 from tests.conftest import SENTENCES, load_speech, speech_files
 from tests.test_decoding import random_memory, random_model
-from tests.test_server_cli import REPO, free_port, wait_ready
+from tests.test_server_cli import REPO, serve_process
 
 
 def test_bigram_probabilities_match_a_hand_computation() -> None:
@@ -162,24 +160,16 @@ def test_serve_fuses_the_bundle_lm_when_asked(
     TokenLM.train([recognizer.tokenizer.encode(sentence)] * 10, 40, 4).save(bundle / LM_FILE)
     samples, rate = load_speech(speech_files(speech_dir)[0][0])
     audio = resample(samples, rate, 16000).astype("<f4").tobytes()
-    port = free_port()
-    command = [sys.executable, "-m", "asr.cli", "serve", "--model", str(bundle), "--port"]
-    command += [str(port), "--workers", "1", "--beam", "2", "--lm-weight", "50"]
-    process = subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        wait_ready(process, port)
+    command = [sys.executable, "-m", "asr.cli", "serve", "--model", str(bundle)]
+    command += ["--workers", "1", "--beam", "2", "--lm-weight", "50"]
+    with serve_process(command, REPO) as served:
         request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/transcribe?sample_rate=16000&encoding=f32le",
+            f"http://127.0.0.1:{served.port}/v1/transcribe?sample_rate=16000&encoding=f32le",
             data=audio,
             headers={"Content-Type": "application/octet-stream"},
         )
         with urllib.request.urlopen(request, timeout=60) as response:
             result = json.loads(response.read())
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
     finals = [s["text"] for s in result["segments"] if s["type"] == "final"]
     assert finals and set(finals) == {sentence}  # each segment restarts the sentence
     assert recognizer.transcribe(samples, rate) != sentence  # the bundle alone says otherwise

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +38,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_ready(process: subprocess.Popen, port: int) -> None:
+def wait_ready(process: subprocess.Popen, port: int, log: IO[str]) -> None:
     """Poll /readyz until the server has loaded its model (failing if the process dies)."""
     deadline = time.monotonic() + 120
     while True:
@@ -43,39 +47,56 @@ def wait_ready(process: subprocess.Popen, port: int) -> None:
                 assert json.loads(r.read())["status"] == "ready"
                 return
         except (urllib.error.URLError, ConnectionError):
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
+            assert process.poll() is None, log.seek(0) or log.read()
             assert time.monotonic() < deadline, "server did not become ready"
             time.sleep(0.2)
 
 
-def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
+@dataclass
+class Served:
+    """A running `asr serve` process, its port, and (once stopped) everything it printed."""
+
+    process: subprocess.Popen
+    port: int
+    output: str = ""
+
+
+@contextlib.contextmanager
+def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None):
+    """Run ``args`` (an `asr serve` command line) with ``--port`` a free port until it is
+    ready; on exit send SIGTERM, as an orchestrator would, and keep its output.
+
+    The output goes to a file, not a pipe: a long-running server would block on a full
+    pipe that nobody reads."""
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "asr.cli",
-            "serve",
-            "--model",
-            str(tiny_bundle),
-            "--port",
-            str(port),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        wait_ready(process, port)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [*args, "--port", str(port)],
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        served = Served(process, port)
+        try:
+            wait_ready(process, port, log)
+            yield served
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=60)
+            log.seek(0)
+            served.output = log.read()
+
+
+def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
+    args = [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle)]
+    with serve_process(args, REPO) as served:
+        with urllib.request.urlopen(f"http://127.0.0.1:{served.port}/", timeout=5) as page:
             assert b"Start microphone" in page.read()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        output = process.communicate(timeout=60)[0]
     # uvicorn re-raises the signal once it has shut down cleanly
-    assert process.returncode in (0, -signal.SIGTERM), output
-    assert "Application shutdown complete" in output
+    assert served.process.returncode in (0, -signal.SIGTERM), served.output
+    assert "Application shutdown complete" in served.output
 
 
 def test_cli_lists_every_command_and_imports_only_the_one_it_runs():
