@@ -100,7 +100,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/v1/schemas")
     async def schemas() -> dict:
-        return protocol.schemas()
+        return protocol.schemas() | {"limits": settings.stream_limits}
 
     @app.websocket("/v1/stream")
     async def stream(ws: WebSocket) -> None:

@@ -49,7 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default=d.host)
     parser.add_argument("--port", type=int, default=d.port)
     parser.add_argument("--max-sessions", type=int, default=d.max_sessions)
-    parser.add_argument("--max-frame-bytes", type=int, default=d.max_frame_bytes)
+    parser.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=d.max_frame_bytes,
+        help="largest binary (audio) frame (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-control-bytes",
+        type=int,
+        default=d.max_control_bytes,
+        help="largest text (JSON control) frame (default: %(default)s)",
+    )
     parser.add_argument("--max-upload-bytes", type=int, default=d.max_upload_bytes)
     parser.add_argument("--idle-timeout", type=float, default=d.idle_timeout_s, metavar="S")
     parser.add_argument("--max-session", type=float, default=d.max_session_s, metavar="S")
@@ -92,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         max_sessions=args.max_sessions,
         max_frame_bytes=args.max_frame_bytes,
+        max_control_bytes=args.max_control_bytes,
         max_upload_bytes=args.max_upload_bytes,
         idle_timeout_s=args.idle_timeout,
         max_session_s=args.max_session,

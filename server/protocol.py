@@ -18,6 +18,9 @@ from asr.events import Event
 
 MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 48000
+# control frames are flat objects; deeper nesting is refused before parsing, since a
+# recursive parser given 100,000 levels fails with RecursionError instead of an answer
+MAX_CONTROL_DEPTH = 16
 Encoding = Literal["pcm_s16le", "f32le"]
 
 
@@ -33,6 +36,7 @@ class ErrorCode(str, Enum):
     UNSUPPORTED_ENCODING = "unsupported_encoding"
     INVALID_AUDIO = "invalid_audio"
     FRAME_TOO_LARGE = "frame_too_large"
+    CONTROL_TOO_LARGE = "control_too_large"
     UNAUTHORIZED = "unauthorized"
     ORIGIN_NOT_ALLOWED = "origin_not_allowed"
     TOO_MANY_SESSIONS = "too_many_sessions"
@@ -65,6 +69,7 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.UNSUPPORTED_ENCODING: CloseCode.UNSUPPORTED_DATA,
     ErrorCode.INVALID_AUDIO: CloseCode.INVALID_PAYLOAD,
     ErrorCode.FRAME_TOO_LARGE: CloseCode.TOO_BIG,
+    ErrorCode.CONTROL_TOO_LARGE: CloseCode.TOO_BIG,
     ErrorCode.UNAUTHORIZED: CloseCode.POLICY,
     ErrorCode.ORIGIN_NOT_ALLOWED: CloseCode.POLICY,
     ErrorCode.TOO_MANY_SESSIONS: CloseCode.TRY_AGAIN_LATER,
@@ -114,18 +119,36 @@ class Stop(_Message):
 
 ClientMessage = Annotated[Union[Start, Stop], Field(discriminator="type")]  # noqa: UP007
 _CLIENT_TYPES: dict[str, type[_Message]] = {"start": Start, "stop": Stop}
-# a present but unacceptable value of these fields has its own error code
-_FIELD_CODES = {
-    "sample_rate": ErrorCode.UNSUPPORTED_SAMPLE_RATE,
-    "encoding": ErrorCode.UNSUPPORTED_ENCODING,
+# a value of the right JSON type that is not supported has its field's own error code;
+# a value of the wrong type (a string or float sample rate, a bool) is an invalid message
+_FIELD_CODES: dict[str, tuple[ErrorCode, type]] = {
+    "sample_rate": (ErrorCode.UNSUPPORTED_SAMPLE_RATE, int),
+    "encoding": (ErrorCode.UNSUPPORTED_ENCODING, str),
 }
 
 
-def parse_client_message(text: str) -> Start | Stop:
-    """Decode one text frame, dispatching on its ``type`` field."""
+def parse_client_message(text: str, max_bytes: int) -> Start | Stop:
+    """Decode one text frame, dispatching on its ``type`` field.
+
+    Size and nesting are checked before the JSON parser runs: both are read from
+    at most ``max_bytes`` + 1 characters, so a huge or deeply nested frame costs
+    no more than a small one.
+    """
+    depth = json_depth(text[: max_bytes + 1])
+    if depth > MAX_CONTROL_DEPTH:
+        raise ProtocolError(
+            ErrorCode.BAD_JSON,
+            f"control frame nests deeper than {MAX_CONTROL_DEPTH} levels",
+        )
+    size = len(text.encode())
+    if size > max_bytes:
+        raise ProtocolError(
+            ErrorCode.CONTROL_TOO_LARGE,
+            f"control frame of {size} bytes exceeds the limit of {max_bytes}",
+        )
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as err:  # JSONDecodeError, and NaN/Infinity, which JSON does not have
         raise ProtocolError(ErrorCode.BAD_JSON, f"control frame is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ProtocolError(ErrorCode.INVALID_MESSAGE, "a control frame must be a JSON object")
@@ -139,17 +162,49 @@ def parse_client_message(text: str) -> Start | Stop:
     return validate(model, data)
 
 
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in ``text`` (brackets inside strings do not count).
+
+    Scans without parsing, so it needs no recursion and works on any prefix.
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def validate(model: type[M], data: dict[str, Any]) -> M:
-    """Validate a client message, mapping field problems to their typed error codes."""
+    """Validate a client message strictly (no coercion of strings, floats or bools to
+    integers), mapping field problems to their typed error codes."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as err:
         problems = err.errors(include_url=False)
         code = next(
             (
-                _FIELD_CODES[p["loc"][0]]
+                _FIELD_CODES[p["loc"][0]][0]
                 for p in problems
-                if p["type"] != "missing" and p["loc"] and p["loc"][0] in _FIELD_CODES
+                if p["loc"]
+                and p["loc"][0] in _FIELD_CODES
+                and type(p["input"]) is _FIELD_CODES[p["loc"][0]][1]
             ),
             ErrorCode.INVALID_MESSAGE,
         )

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from server.protocol import MAX_CONTROL_DEPTH
+
 DEFAULT_MODEL = Path("models/default")
 
 
@@ -21,7 +23,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     max_sessions: int = 64
-    max_frame_bytes: int = 256 * 1024  # one WebSocket message, text or binary
+    max_frame_bytes: int = 256 * 1024  # one binary (audio) WebSocket message
+    max_control_bytes: int = 4096  # one text (JSON control) WebSocket message
     max_upload_bytes: int = 64 * 1024 * 1024  # POST /v1/transcribe body
     idle_timeout_s: float = 30.0  # no frame for this long ends the session
     max_session_s: float = 3600.0  # wall-clock cap on one session
@@ -53,6 +56,7 @@ class Settings:
         positive = {
             "max_sessions": self.max_sessions,
             "max_frame_bytes": self.max_frame_bytes,
+            "max_control_bytes": self.max_control_bytes,
             "max_upload_bytes": self.max_upload_bytes,
             "idle_timeout_s": self.idle_timeout_s,
             "max_session_s": self.max_session_s,
@@ -64,6 +68,17 @@ class Settings:
                 raise ValueError(f"{name} must be positive, got {value}")
         if self.batch_max_wait_ms < 0:
             raise ValueError(f"batch_max_wait_ms must be >= 0, got {self.batch_max_wait_ms}")
+
+    @property
+    def stream_limits(self) -> dict[str, float]:
+        """The limits a /v1/stream client must keep to (served with the schemas)."""
+        return {
+            "max_frame_bytes": self.max_frame_bytes,
+            "max_control_bytes": self.max_control_bytes,
+            "max_control_depth": MAX_CONTROL_DEPTH,
+            "idle_timeout_s": self.idle_timeout_s,
+            "max_session_s": self.max_session_s,
+        }
 
     def origin_allowed(self, origin: str | None) -> bool:
         """Non-browser clients send no Origin header; browsers must be on the allow-list."""

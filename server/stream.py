@@ -118,7 +118,7 @@ class StreamSession:
             raise ProtocolError(ErrorCode.NOT_READY, "the server is shutting down")
         if kind == "bytes":
             raise ProtocolError(ErrorCode.AUDIO_BEFORE_START, "send a start message before audio")
-        message = parse_client_message(payload)
+        message = self._parse(payload)
         if not isinstance(message, Start):
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, "the first message must be start")
         lane = self.state.least_busy()
@@ -162,7 +162,7 @@ class StreamSession:
             if kind == "shutdown":
                 return "shutdown"
             if kind == "text":
-                message = parse_client_message(payload)
+                message = self._parse(payload)
                 if isinstance(message, Stop):
                     return "stop"
                 raise ProtocolError(ErrorCode.ALREADY_STARTED, "this session has already started")
@@ -175,10 +175,14 @@ class StreamSession:
             self.state.metrics.add_audio(len(samples) / rate)
             self.audio.put_nowait(samples)
 
+    def _parse(self, text: str) -> Start | Stop:
+        return parse_client_message(text, self.state.settings.max_control_bytes)
+
     async def _receive(
         self, pump: asyncio.Task[None] | None = None
     ) -> tuple[Literal["text", "bytes", "shutdown"], str | bytes]:
-        """Next frame, or ``shutdown``; enforces the idle timeout, session length and frame size.
+        """Next frame, or ``shutdown``; enforces the idle timeout, session length and audio
+        frame size (control frames are checked by ``parse_client_message``).
 
         A pump failure (bad audio found by the recognizer) is raised here so the
         reader stops at once instead of waiting for the next frame.
@@ -206,15 +210,15 @@ class StreamSession:
         if message["type"] == "websocket.disconnect":
             raise ClientGone
         data = message.get("bytes")
-        kind: Literal["text", "bytes"] = "bytes" if data is not None else "text"
-        payload = data if data is not None else message.get("text") or ""
-        size = len(payload) if isinstance(payload, bytes) else len(payload.encode())
-        if size > self.state.settings.max_frame_bytes:
+        if data is None:
+            return "text", message.get("text") or ""
+        if len(data) > self.state.settings.max_frame_bytes:
             raise ProtocolError(
                 ErrorCode.FRAME_TOO_LARGE,
-                f"frame of {size} bytes exceeds the limit of {self.state.settings.max_frame_bytes}",
+                f"frame of {len(data)} bytes exceeds the limit of "
+                f"{self.state.settings.max_frame_bytes}",
             )
-        return kind, payload
+        return "bytes", data
 
     async def _pump(self) -> None:
         """Feed everything queued so far as one step; finish on the end marker."""

@@ -29,7 +29,7 @@ from tests.test_server_support import offline_text, recognizer, s16le, speechlik
 
 KEY = "s3cret-key"
 ORIGIN = "http://good.example"
-MAX_FRAME = 32 * 1024
+MAX_FRAME = 64 * 1024  # the WebSocket layer passes 4x this: room for a 200 kB control frame
 AUDIO = speechlike(1.5, seed=1)  # the parallel healthy session streams this, paced
 
 
@@ -173,6 +173,9 @@ class Fault:
 
 
 NAN_F32 = np.full(8, np.nan, dtype="<f4").tobytes()
+LONG_START = json.dumps({"type": "start", "sample_rate": 16000, "pad": "x" * 4100})
+DEEP = "[" * 100_000 + "]" * 100_000  # 200 kB; json.loads would hit RecursionError
+NESTED_START = '{"type": "start", "sample_rate": 16000, "x": ' + "[" * 17 + "]" * 17 + "}"
 FAULTS = {
     "audio_before_start": Fault([b"\x00\x00"], "audio_before_start", 1003),
     "bad_json": Fault(["{not json"], "bad_json", 1007),
@@ -180,6 +183,16 @@ FAULTS = {
     "unknown_type": Fault(['{"type": "hello"}'], "unknown_type", 1003),
     "type_by_substring": Fault(['{"type": "restart"}'], "unknown_type", 1003),
     "missing_rate": Fault(['{"type": "start"}'], "invalid_message", 1007),
+    "deeply_nested": Fault([DEEP], "bad_json", 1007),
+    "over_nested": Fault([NESTED_START], "bad_json", 1007),
+    "nan_rate": Fault(['{"type": "start", "sample_rate": NaN}'], "bad_json", 1007),
+    "string_rate": Fault(['{"type": "start", "sample_rate": "16000"}'], "invalid_message", 1007),
+    "float_rate": Fault(['{"type": "start", "sample_rate": 16000.0}'], "invalid_message", 1007),
+    "bool_rate": Fault(['{"type": "start", "sample_rate": true}'], "invalid_message", 1007),
+    "overlong_start": Fault([LONG_START], "control_too_large", 1009),
+    "overlong_stop": Fault(
+        [start(), '{"type": "stop", "x": "' + "y" * 4100 + '"}'], "control_too_large", 1009
+    ),
     "stop_before_start": Fault(['{"type": "stop"}'], "invalid_message", 1007),
     "unsupported_rate": Fault([start(96000)], "unsupported_sample_rate", 1003),
     "unsupported_encoding": Fault([start(16000, "mp3")], "unsupported_encoding", 1003),
@@ -496,6 +509,12 @@ def test_health_and_schemas(server):
         "error",
     }
     assert schemas["close_codes"]["too_many_sessions"] == 1013
+    assert schemas["close_codes"]["control_too_large"] == 1009
+    error_codes = schemas["server"]["$defs"]["ErrorCode"]["enum"]
+    assert set(error_codes) == set(schemas["close_codes"])
+    assert schemas["client"]["$defs"]["Start"]["properties"]["sample_rate"]["type"] == "integer"
+    assert schemas["limits"]["max_control_bytes"] == server.settings.max_control_bytes
+    assert schemas["limits"]["max_control_depth"] == 16
 
 
 def test_metrics_exposed(server):

@@ -10,8 +10,19 @@ import pytest
 
 from asr.events import Event
 from server.batching import BatchWorker
-from server.protocol import ErrorCode, ProtocolError, Result, Start, Stop, parse_client_message
+from server.protocol import (
+    MAX_CONTROL_DEPTH,
+    ErrorCode,
+    ProtocolError,
+    Result,
+    Start,
+    Stop,
+    json_depth,
+    parse_client_message,
+)
 from server.settings import Settings
+
+LIMIT = 4096  # control frame bytes, as the server's default
 
 
 @pytest.mark.parametrize(
@@ -24,7 +35,21 @@ from server.settings import Settings
         ('{"type": ["start"]}', ErrorCode.UNKNOWN_TYPE),
         ('{"type": "start", "sample_rate": 7999}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
         ('{"type": "start", "sample_rate": 48001}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
-        ('{"type": "start", "sample_rate": "fast"}', ErrorCode.UNSUPPORTED_SAMPLE_RATE),
+        # strict types: no coercion from strings, floats or bools; a wrong type is not an
+        # unsupported value
+        ('{"type": "start", "sample_rate": "fast"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": "16000"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": 16000.0}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": true}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": null}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": [16000]}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": NaN}', ErrorCode.BAD_JSON),
+        ('{"type": "start", "sample_rate": 16000, "encoding": 1}', ErrorCode.INVALID_MESSAGE),
+        (
+            '{"type": "start", "sample_rate": 16000, "encoding": ["f32le"]}',
+            ErrorCode.INVALID_MESSAGE,
+        ),
+        ('{"type": "stop", "now": true}', ErrorCode.INVALID_MESSAGE),
         (
             '{"type": "start", "sample_rate": 16000, "encoding": "opus"}',
             ErrorCode.UNSUPPORTED_ENCODING,
@@ -35,15 +60,59 @@ from server.settings import Settings
 )
 def test_bad_client_messages_get_typed_codes(text, code):
     with pytest.raises(ProtocolError) as caught:
-        parse_client_message(text)
+        parse_client_message(text, LIMIT)
     assert caught.value.code == code
     assert caught.value.close_code in (1003, 1007)
 
 
 def test_client_messages_dispatch_on_type():
-    start = parse_client_message('{"type": "start", "sample_rate": 8000, "encoding": "f32le"}')
+    start = parse_client_message(
+        '{"type": "start", "sample_rate": 8000, "encoding": "f32le"}', LIMIT
+    )
     assert start == Start(sample_rate=8000, encoding="f32le")
-    assert parse_client_message('{"type": "stop"}') == Stop()
+    assert parse_client_message('{"type": "stop"}', LIMIT) == Stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("{}", 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('{"a": "[[[[{{{{"}', 1),  # brackets inside strings do not nest
+        ('{"a": "quote \\" [[[", "b": [[]]}', 3),  # nor after an escaped quote
+        ('{"a": "backslash \\\\", "b": [[]]}', 3),  # an escaped backslash ends no string
+        ("[" * 100_000, 100_000),  # counted without recursion
+        ("16000", 0),
+    ],
+)
+def test_json_depth(text, depth):
+    assert json_depth(text) == depth
+
+
+def test_deep_and_long_control_frames_are_refused_before_parsing():
+    deep = "[" * 100_000 + "]" * 100_000  # 200 kB: the JSON parser would recurse 100,000 times
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message(deep, LIMIT)
+    assert (caught.value.code, caught.value.close_code) == (ErrorCode.BAD_JSON, 1007)
+    nested = (
+        '{"type": "start", "sample_rate": 16000, "x": '
+        + "[" * MAX_CONTROL_DEPTH
+        + "]" * MAX_CONTROL_DEPTH
+        + "}"
+    )
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message(nested, LIMIT)
+    assert caught.value.code == ErrorCode.BAD_JSON
+    assert "nests deeper" in caught.value.message
+    long = '{"type": "start", "sample_rate": 16000, "pad": "' + "x" * LIMIT + '"}'
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message(long, LIMIT)
+    assert (caught.value.code, caught.value.close_code) == (ErrorCode.CONTROL_TOO_LARGE, 1009)
+    # the limit counts bytes: 2,048 two-byte characters exceed 4,096 bytes
+    wide = '{"type": "stop", "x": "' + "é" * (LIMIT // 2) + '"}'
+    with pytest.raises(ProtocolError) as caught:
+        parse_client_message(wide, LIMIT)
+    assert caught.value.code == ErrorCode.CONTROL_TOO_LARGE
 
 
 def test_result_carries_the_final_flag():
