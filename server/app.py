@@ -27,6 +27,7 @@ from asr.formats import (
     transcript_record,
 )
 from server import protocol
+from server.lanes import LaneDied
 from server.protocol import ProtocolError, Start, Transcription, validate
 from server.settings import Settings
 from server.state import ServerState
@@ -83,16 +84,15 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        if state.ready:
-            return JSONResponse({"status": "ready", "model": str(settings.model)})
-        status = (
-            "error"
-            if state.load_error
-            else "shutting down"
-            if state.closing.is_set()
-            else "loading"
-        )
-        return JSONResponse({"status": status, "error": state.load_error}, status_code=503)
+        """200 while at least one model process takes sessions; the body says how many do."""
+        body = {
+            "status": state.status,
+            "model": str(settings.model),
+            "processes": len(state.lanes),
+            "live_processes": state.live_lanes,
+            "error": state.load_error,
+        }
+        return JSONResponse(body, status_code=200 if state.ready else 503)
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -126,7 +126,7 @@ def create_app(settings: Settings) -> FastAPI:
         the transcript as JSON, or ?format=txt|srt|vtt."""
         check_request(request, output)
         if not state.ready:
-            raise HTTPFault(503, "not_ready", "the model is not loaded")
+            raise HTTPFault(503, "not_ready", state.why_not_ready)
         started = time.perf_counter()
         body = await _read_body(request, settings.max_upload_bytes)
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -139,6 +139,10 @@ def create_app(settings: Settings) -> FastAPI:
             computing = time.perf_counter()
             events = await state.least_busy().transcribe(samples, rate)
             state.metrics.add_compute(time.perf_counter() - computing)
+        except ProtocolError as err:  # no live model process
+            raise HTTPFault(503, err.code.value, err.message) from None
+        except LaneDied as err:
+            raise HTTPFault(500, "internal_error", str(err)) from None
         except ValueError as err:
             raise HTTPFault(400, "invalid_audio", str(err)) from None
         state.metrics.http_latency.observe(time.perf_counter() - started)

@@ -9,17 +9,25 @@ one core. With ``Settings.workers`` = N the server starts N model processes
 one ``step_sessions`` call, whose encoder step covers all sessions of the batch.
 Audio goes down a pipe (6.4 kB per 100 ms of float32), events come back up.
 ``workers`` = 0 keeps the model in the server process, on one thread.
+
+A model process can die under the server (OOM killer, crash, ``kill -9``); its
+lane then replaces it (``server/supervision.py`` decides when), and the lane's
+sessions of the dead process end with an error instead of continuing silently
+without their state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +39,17 @@ from server.batching import BatchWorker, Outcome, Step, step_sessions
 from server.settings import Settings
 
 
+class LaneDied(RuntimeError):
+    """The model process of a lane exited: the sessions it held are lost."""
+
+
 class Lane:
-    """One model thread or process and its batching queue."""
+    """One model thread or process and its batching queue.
+
+    ``live`` says whether new sessions may go to the lane; ``died`` resolves when
+    the model that the lane's current sessions live in is gone (a process lane
+    gets a new future with each model process).
+    """
 
     def __init__(self, settings: Settings, run_batch: Any, on_batch: Any) -> None:
         self.settings = settings
@@ -43,6 +60,8 @@ class Lane:
             on_batch=on_batch,
         )
         self.sessions = 0  # open streaming sessions
+        self.live = False
+        self.died: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def load(self) -> None:
         raise NotImplementedError
@@ -78,6 +97,7 @@ class LocalLane(Lane):
         self.recognizer = await self.worker.run(
             _load, self.settings.model, self.settings.torch_threads, *self.settings.search
         )
+        self.live = True
 
     def _new_stream(self, sample_rate: int) -> Any:
         return self.recognizer.stream(sample_rate)
@@ -88,38 +108,111 @@ class LocalLane(Lane):
 
 @dataclass(frozen=True)
 class RemoteStream:
-    """A session that lives in a model process: its id there and its sample rate."""
+    """A session that lives in a model process: its id there, its sample rate, and which
+    of the lane's processes (``generation``) holds its state."""
 
     sid: int
     sample_rate: int
+    generation: int
 
 
 class ProcessLane(Lane):
-    """The model in a child process; the worker's thread talks to it over a pipe."""
+    """The model in a child process; the worker's thread talks to it over a pipe.
+
+    The process may be replaced (``load`` again after ``exited``): each one is a new
+    generation, and a stream of an earlier generation is refused, never silently
+    continued without its state in the new process.
+    """
 
     def __init__(self, settings: Settings, on_batch: Any) -> None:
+        super().__init__(settings, self._run_batch, on_batch)
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self.generation = 0
+        self.live_since = 0.0  # monotonic time the current process finished loading
+        self._ids = itertools.count()
+        self._drops: deque[int] = deque()  # ended sessions, sent with the next batch
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._process.exitcode if self._process is not None else None
+
+    async def load(self) -> None:
+        """Start a model process and wait until it has loaded the model (raises if it cannot)."""
+        await self.worker.run(self._start)
+        self.died = asyncio.get_running_loop().create_future()
+        self.live = True
+        self.live_since = time.monotonic()
+
+    async def exited(self) -> None:
+        """Return as soon as the current process exits (killed, crashed, out of memory):
+        its sentinel becomes readable then, so no polling is needed."""
+        assert self._process is not None
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+        sentinel = self._process.sentinel
+        loop.add_reader(sentinel, lambda: gone.done() or gone.set_result(None))
+        try:
+            await gone
+        finally:
+            loop.remove_reader(sentinel)
+
+    def mark_dead(self) -> None:
+        """Take the lane out of service and end the sessions of the dead process."""
+        self.live = False
+        self.generation += 1  # read by the worker's thread: an int swap is atomic
+        self.died.set_result(None)
+
+    def _start(self) -> None:
+        """On the worker's thread, between batches: replace any previous process."""
+        self._release()
         context = multiprocessing.get_context("spawn")  # no fork of a threaded parent
-        self._conn, child = context.Pipe()
-        self._process = context.Process(
+        conn, child = context.Pipe()
+        process = context.Process(
             target=serve_sessions,
-            args=(child, str(settings.model), settings.torch_threads, *settings.search),
+            args=(
+                child,
+                str(self.settings.model),
+                self.settings.torch_threads,
+                *self.settings.search,
+            ),
             name="asr-model",
             daemon=True,
         )
-        self._process.start()
-        child.close()
-        self._ids = itertools.count()
-        self._drops: deque[int] = deque()  # ended sessions, sent with the next batch
-        super().__init__(settings, self._run_batch, on_batch)
+        try:
+            process.start()
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            child.close()
+        self._conn, self._process = conn, process
+        self._drops.clear()  # they belonged to the previous process
+        self._receive()  # the load's outcome
 
-    async def load(self) -> None:
-        await self.worker.run(self._receive)
+    def _release(self) -> None:
+        """Close the pipe and reap the process (killed if it does not stop within 5 s)."""
+        if self._process is None:
+            return
+        assert self._conn is not None
+        self._conn.close()
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._process.close()  # its sentinel's descriptor too
+        self._process = self._conn = None
 
     def _new_stream(self, sample_rate: int) -> RemoteStream:
-        return RemoteStream(next(self._ids), check_sample_rate(sample_rate))
+        return RemoteStream(next(self._ids), check_sample_rate(sample_rate), self.generation)
 
     def close(self, stream: RemoteStream) -> None:
-        self._drops.append(stream.sid)
+        if stream.generation == self.generation:
+            self._drops.append(stream.sid)
         super().close(stream)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
@@ -127,28 +220,38 @@ class ProcessLane(Lane):
 
     async def stop(self) -> None:
         await super().stop()  # the worker's thread is done with the pipe
-        with contextlib.suppress(OSError):  # the process may be gone already
-            self._conn.send(("stop", None))
-        self._process.join(5)
-        if self._process.is_alive():
-            self._process.kill()
-        self._conn.close()
+        if self._conn is not None:
+            with contextlib.suppress(OSError):  # the process may be gone already
+                self._conn.send(("stop", None))
+        self._release()
 
     def _run_batch(self, steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -> None:
+        generation = self.generation
+        current = [s for s in steps if s.stream.generation == generation]
+        for step in steps:
+            if step.stream.generation != generation:
+                deliver(step, LaneDied("the model process serving this session has exited"))
+        if not current:
+            return
         drops = [self._drops.popleft() for _ in range(len(self._drops))]
-        items = [(s.stream.sid, s.stream.sample_rate, s.samples) for s in steps]
-        for step, outcome in zip(steps, self._call(("steps", (drops, items)))):
+        items = [(s.stream.sid, s.stream.sample_rate, s.samples) for s in current]
+        for step, outcome in zip(current, self._call(("steps", (drops, items)))):
             deliver(step, outcome)
 
     def _call(self, message: tuple[str, Any]) -> Any:
-        self._conn.send(message)
+        assert self._conn is not None
+        try:
+            self._conn.send(message)
+        except OSError:  # a broken pipe: the process is gone
+            raise LaneDied("the model process has exited") from None
         return self._receive()
 
     def _receive(self) -> Any:
+        assert self._conn is not None
         try:
             reply = self._conn.recv()
-        except EOFError:
-            raise RuntimeError("the model process has exited") from None
+        except (EOFError, OSError):
+            raise LaneDied("the model process has exited") from None
         if isinstance(reply, Exception):
             raise reply
         return reply

@@ -57,6 +57,14 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("asr_errors", "Errors by kind", ["kind"], registry=r)
+        self.model_restarts = Counter(
+            "asr_model_restarts",
+            "Replacement model processes started after one died (attempts, failed ones too)",
+            registry=r,
+        )
+        self.live_processes = Gauge(
+            "asr_model_processes_live", "Model processes that take sessions", registry=r
+        )
 
         self._audio_total = 0.0
         self._compute_total = 0.0

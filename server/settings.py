@@ -38,6 +38,10 @@ class Settings:
     # intra-op threads per model thread: small per-session steps run 3-5x
     # faster on one thread than split over several (sync overhead dominates)
     torch_threads: int = 1
+    # a dead model process is replaced at once; one that fails to load, or dies within
+    # restart_backoff_max_s of starting, waits restart_backoff_s, doubling up to the max
+    restart_backoff_s: float = 1.0
+    restart_backoff_max_s: float = 60.0
     shutdown_timeout_s: float = 10.0  # graceful flush of open sessions on shutdown
     beam: int | None = None  # None: the bundle's decode.beam_size
     lm_weight: float | None = None  # None: the bundle's decode.lm_weight
@@ -60,6 +64,8 @@ class Settings:
             "max_upload_bytes": self.max_upload_bytes,
             "idle_timeout_s": self.idle_timeout_s,
             "max_session_s": self.max_session_s,
+            "restart_backoff_s": self.restart_backoff_s,
+            "restart_backoff_max_s": self.restart_backoff_max_s,
             "batch_max_size": self.batch_max_size,
             "torch_threads": self.torch_threads,
         }

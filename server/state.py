@@ -9,10 +9,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from server.lanes import Lane, make_lanes
+from server.lanes import Lane, ProcessLane, make_lanes
 from server.metrics import Metrics
 from server.protocol import ErrorCode, ProtocolError
 from server.settings import Settings
+from server.supervision import supervise
 
 log = logging.getLogger("server")
 
@@ -28,14 +29,20 @@ class ServerState:
     load_error: str | None = None
     sessions: set[Any] = field(default_factory=set)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
+    supervisors: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start(self) -> None:
         self.lanes = make_lanes(self.settings, self.metrics.on_batch)
+        self.metrics.live_processes.set_function(lambda: self.live_lanes)
         for lane in self.lanes:
             lane.worker.start()
 
     async def load(self) -> None:
-        """Load the model in every lane; /healthz answers meanwhile, /readyz waits for this."""
+        """Load the model in every lane; /healthz answers meanwhile, /readyz waits for this.
+
+        A model that cannot load at all is an error to report, not to retry; once
+        loaded, every model process is supervised (server/supervision.py).
+        """
         try:
             await asyncio.gather(*(lane.load() for lane in self.lanes))
         except Exception as err:
@@ -44,17 +51,51 @@ class ServerState:
         else:
             self.loaded = True
             log.info("model %s loaded in %d lane(s)", self.settings.model, len(self.lanes))
+            self.supervisors = [
+                asyncio.create_task(supervise(lane, self.settings, self.metrics.model_restarts))
+                for lane in self.lanes
+                if isinstance(lane, ProcessLane)
+            ]
 
     async def stop(self) -> None:
+        for task in self.supervisors:  # a process stopped on purpose is not replaced
+            task.cancel()
+        await asyncio.gather(*self.supervisors, return_exceptions=True)
         await asyncio.gather(*(lane.stop() for lane in self.lanes))
 
     @property
+    def live_lanes(self) -> int:
+        return sum(lane.live for lane in self.lanes)
+
+    @property
     def ready(self) -> bool:
-        return self.loaded and not self.closing.is_set()
+        return self.loaded and not self.closing.is_set() and self.live_lanes > 0
 
     def least_busy(self) -> Lane:
-        """The lane for a new session or upload: the one with the fewest open sessions."""
-        return min(self.lanes, key=lambda lane: lane.sessions)
+        """The lane for a new session or upload: the live one with the fewest open sessions."""
+        live = [lane for lane in self.lanes if lane.live]
+        if not live:
+            raise ProtocolError(ErrorCode.NOT_READY, self.why_not_ready)
+        return min(live, key=lambda lane: lane.sessions)
+
+    @property
+    def status(self) -> str:
+        """What /readyz says: ready, loading, error, shutting down or restarting."""
+        if self.ready:
+            return "ready"
+        if self.closing.is_set():
+            return "shutting down"
+        if self.load_error:
+            return "error"
+        return "restarting" if self.loaded else "loading"
+
+    @property
+    def why_not_ready(self) -> str:
+        return {
+            "shutting down": "the server is shutting down",
+            "error": "the model could not be loaded",
+            "restarting": "no model process is running; try again soon",
+        }.get(self.status, "the model is not loaded yet")
 
     def authorized(self, headers: Any, query: Any) -> bool:
         """Bearer header or ``token`` query parameter, compared in constant time."""
@@ -72,12 +113,7 @@ class ServerState:
         if not self.authorized(headers, query):
             raise ProtocolError(ErrorCode.UNAUTHORIZED, "missing or wrong API key")
         if not self.ready:
-            why = (
-                "the server is shutting down"
-                if self.closing.is_set()
-                else "the model is not loaded"
-            )
-            raise ProtocolError(ErrorCode.NOT_READY, why)
+            raise ProtocolError(ErrorCode.NOT_READY, self.why_not_ready)
         if len(self.sessions) >= self.settings.max_sessions:
             raise ProtocolError(
                 ErrorCode.TOO_MANY_SESSIONS,

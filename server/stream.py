@@ -14,14 +14,15 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any, Literal
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr.audio import decode_pcm
 from asr.events import Event
-from server.lanes import Lane
+from server.lanes import Lane, LaneDied
 from server.protocol import (
     CloseCode,
     End,
@@ -38,12 +39,17 @@ from server.state import ServerState
 
 log = logging.getLogger("server.stream")
 
+T = TypeVar("T")
 EndReason = Literal["stop", "shutdown"]
 _LIMITS = (ErrorCode.IDLE_TIMEOUT, ErrorCode.SESSION_TOO_LONG)
 
 
 class ClientGone(Exception):
     """The peer closed or dropped the connection."""
+
+
+class ShuttingDown(Exception):
+    """The server is draining: the session flushes and ends."""
 
 
 async def serve_stream(ws: WebSocket, state: ServerState) -> None:
@@ -83,6 +89,7 @@ class StreamSession:
         self.start: Start | None = None
         self.lane: Lane | None = None
         self.stream: Any = None  # the lane's handle of this session's recognizer stream
+        self.lane_died: asyncio.Future[None] | None = None  # the lane's model went away
         self.audio: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
         self.ready_at = 0.0
         self.results_sent = 0
@@ -126,7 +133,7 @@ class StreamSession:
             self.stream = lane.open(message.sample_rate)
         except ValueError as err:
             raise ProtocolError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(err)) from None
-        self.lane = lane
+        self.lane, self.lane_died = lane, lane.died
         self.start = message
         await self._send(Ready(session_id=self.id).model_dump_json())
         self.ready_at = time.monotonic()
@@ -183,30 +190,22 @@ class StreamSession:
     ) -> tuple[Literal["text", "bytes", "shutdown"], str | bytes]:
         """Next frame, or ``shutdown``; enforces the idle timeout, session length and audio
         frame size (control frames are checked by ``parse_client_message``).
-
-        A pump failure (bad audio found by the recognizer) is raised here so the
-        reader stops at once instead of waiting for the next frame.
         """
         idle = self.state.settings.idle_timeout_s
         session_left = self.deadline - time.monotonic()
-        receive = asyncio.ensure_future(self.ws.receive())
-        waiters = {receive, self._closing} | ({pump} if pump is not None else set())
-        done, _ = await asyncio.wait(
-            waiters, timeout=max(min(idle, session_left), 0.0), return_when=asyncio.FIRST_COMPLETED
-        )
-        if receive not in done:
-            receive.cancel()
-            if pump is not None and pump in done:
-                pump.result()  # re-raises the pump's error
-            if self._closing in done:
-                return "shutdown", b""
+        try:
+            message = await self._unless_interrupted(
+                self.ws.receive(), pump, max(min(idle, session_left), 0.0)
+            )
+        except ShuttingDown:
+            return "shutdown", b""
+        except TimeoutError:
             if session_left <= idle:  # timers may fire a hair early: no clock comparison here
                 raise ProtocolError(
                     ErrorCode.SESSION_TOO_LONG,
                     f"sessions are limited to {self.state.settings.max_session_s:g} s",
-                )
-            raise ProtocolError(ErrorCode.IDLE_TIMEOUT, f"no frame for {idle:g} s")
-        message = receive.result()
+                ) from None
+            raise ProtocolError(ErrorCode.IDLE_TIMEOUT, f"no frame for {idle:g} s") from None
         if message["type"] == "websocket.disconnect":
             raise ClientGone
         data = message.get("bytes")
@@ -219,6 +218,28 @@ class StreamSession:
                 f"{self.state.settings.max_frame_bytes}",
             )
         return "bytes", data
+
+    async def _unless_interrupted(
+        self, awaitable: Awaitable[T], pump: asyncio.Task[None] | None, timeout: float | None
+    ) -> T:
+        """``awaitable``'s result, unless first: a pump failure (bad audio found by the
+        recognizer; re-raised here so the reader stops at once), the death of the model
+        process holding this session, shutdown (``ShuttingDown``) or ``timeout``."""
+        task = asyncio.ensure_future(awaitable)
+        interrupts = [f for f in (pump, self.lane_died, self._closing) if f is not None]
+        done, _ = await asyncio.wait(
+            {task, *interrupts}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if task in done:
+            return task.result()
+        task.cancel()
+        if pump is not None and pump in done:
+            pump.result()  # re-raises the pump's error
+        if self.lane_died is not None and self.lane_died in done:
+            raise _lane_died()
+        if self._closing in done:
+            raise ShuttingDown
+        raise TimeoutError
 
     async def _pump(self) -> None:
         """Feed everything queued so far as one step; finish on the end marker."""
@@ -239,6 +260,8 @@ class StreamSession:
                 if chunks[-1] is None:
                     await self._send_events(await worker.finish(self.stream))
                     return
+            except LaneDied:
+                raise _lane_died() from None
             except ValueError as err:
                 raise ProtocolError(ErrorCode.INVALID_AUDIO, str(err)) from None
 
@@ -254,3 +277,10 @@ class StreamSession:
             await self.ws.send_text(text)
         except (WebSocketDisconnect, OSError, RuntimeError) as err:
             raise ClientGone from err
+
+
+def _lane_died() -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.INTERNAL,
+        "the model process serving this session has exited; start a new session",
+    )

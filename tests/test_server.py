@@ -515,6 +515,7 @@ def test_health_and_schemas(server):
     assert schemas["client"]["$defs"]["Start"]["properties"]["sample_rate"]["type"] == "integer"
     assert schemas["limits"]["max_control_bytes"] == server.settings.max_control_bytes
     assert schemas["limits"]["max_control_depth"] == 16
+    assert (ready["processes"], ready["live_processes"]) == (server.settings.workers,) * 2
 
 
 def test_metrics_exposed(server):
@@ -528,3 +529,5 @@ def test_metrics_exposed(server):
     assert metric(server, "asr_batch_size_count") > 0
     assert metric(server, "asr_errors_total", kind="bad_json") >= 1
     assert metric(server, "asr_active_sessions") == 0
+    assert metric(server, "asr_model_processes_live") == server.settings.workers
+    assert metric(server, "asr_model_restarts_total") == 0

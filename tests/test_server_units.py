@@ -21,6 +21,7 @@ from server.protocol import (
     parse_client_message,
 )
 from server.settings import Settings
+from server.supervision import restart_delay
 
 LIMIT = 4096  # control frame bytes, as the server's default
 
@@ -113,6 +114,11 @@ def test_deep_and_long_control_frames_are_refused_before_parsing():
     with pytest.raises(ProtocolError) as caught:
         parse_client_message(wide, LIMIT)
     assert caught.value.code == ErrorCode.CONTROL_TOO_LARGE
+
+
+def test_restart_delay_doubles_up_to_its_cap():
+    delays = [restart_delay(n, 1.0, 60.0) for n in range(9)]
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
 
 
 def test_result_carries_the_final_flag():
