@@ -37,6 +37,10 @@ def build_server(settings: Settings, log_level: str = "info") -> DrainingServer:
         host=settings.host,
         port=settings.port,
         ws_max_size=4 * settings.max_frame_bytes,
+        # liveness is the session's own business (idle_timeout, send_timeout), which ends
+        # with a typed error; uvicorn's keepalive would drop a client that does not read
+        # with a bare 1011 before either
+        ws_ping_interval=None,
         log_level=log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s) + 5,
     )
@@ -64,6 +68,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-upload-bytes", type=int, default=d.max_upload_bytes)
     parser.add_argument("--idle-timeout", type=float, default=d.idle_timeout_s, metavar="S")
     parser.add_argument("--max-session", type=float, default=d.max_session_s, metavar="S")
+    parser.add_argument(
+        "--max-backlog",
+        type=float,
+        default=d.max_backlog_s,
+        metavar="S",
+        help="seconds of a session's audio that may wait for the model; a faster sender is "
+        "slowed down, not buffered (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--send-timeout",
+        type=float,
+        default=d.send_timeout_s,
+        metavar="S",
+        help="a client that leaves its results unread this long is disconnected with "
+        "client_too_slow (default: %(default)s)",
+    )
     parser.add_argument("--api-key", default=os.environ.get("ASR_API_KEY") or None)
     parser.add_argument(
         "--allow-origin",
@@ -107,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         max_upload_bytes=args.max_upload_bytes,
         idle_timeout_s=args.idle_timeout,
         max_session_s=args.max_session,
+        max_backlog_s=args.max_backlog,
+        send_timeout_s=args.send_timeout,
         api_key=args.api_key,
         allowed_origins=args.allow_origin,
         batch_max_size=args.batch_size,

@@ -43,6 +43,7 @@ class ErrorCode(str, Enum):
     NOT_READY = "not_ready"
     IDLE_TIMEOUT = "idle_timeout"
     SESSION_TOO_LONG = "session_too_long"
+    CLIENT_TOO_SLOW = "client_too_slow"
     INTERNAL = "internal_error"
 
 
@@ -76,6 +77,7 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.NOT_READY: CloseCode.TRY_AGAIN_LATER,
     ErrorCode.IDLE_TIMEOUT: CloseCode.POLICY,
     ErrorCode.SESSION_TOO_LONG: CloseCode.POLICY,
+    ErrorCode.CLIENT_TOO_SLOW: CloseCode.POLICY,
     ErrorCode.INTERNAL: CloseCode.INTERNAL,
 }
 

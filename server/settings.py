@@ -28,6 +28,11 @@ class Settings:
     max_upload_bytes: int = 64 * 1024 * 1024  # POST /v1/transcribe body
     idle_timeout_s: float = 30.0  # no frame for this long ends the session
     max_session_s: float = 3600.0  # wall-clock cap on one session
+    # audio received but not yet recognised, per session: past this the server reads the
+    # client's next frame only once the model has caught up (TCP then slows the sender)
+    max_backlog_s: float = 5.0
+    # a client that leaves its results unread this long (its socket buffers full) is ended
+    send_timeout_s: float = 15.0
     api_key: str | None = None  # None: no authentication
     allowed_origins: list[str] = field(default_factory=list)  # empty: any origin; "*" too
     batch_max_size: int = 32  # streaming steps run in one executor hop
@@ -64,6 +69,8 @@ class Settings:
             "max_upload_bytes": self.max_upload_bytes,
             "idle_timeout_s": self.idle_timeout_s,
             "max_session_s": self.max_session_s,
+            "max_backlog_s": self.max_backlog_s,
+            "send_timeout_s": self.send_timeout_s,
             "restart_backoff_s": self.restart_backoff_s,
             "restart_backoff_max_s": self.restart_backoff_max_s,
             "batch_max_size": self.batch_max_size,
@@ -82,6 +89,8 @@ class Settings:
             "max_frame_bytes": self.max_frame_bytes,
             "max_control_bytes": self.max_control_bytes,
             "max_control_depth": MAX_CONTROL_DEPTH,
+            "max_backlog_s": self.max_backlog_s,
+            "send_timeout_s": self.send_timeout_s,
             "idle_timeout_s": self.idle_timeout_s,
             "max_session_s": self.max_session_s,
         }

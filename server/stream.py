@@ -5,6 +5,13 @@ them and queues decoded audio. The pump takes *all* audio queued so far,
 hands it to the batching worker in one step and sends whatever events the
 decoder produced, so results leave as soon as tokens exist and a slow round
 trip never limits throughput (no reply per frame).
+
+Memory per session is bounded both ways. Audio waiting for the model is capped
+at ``max_backlog_s``: past it the reader takes no frame until the pump has
+caught up, so a client sending faster than real time is slowed by TCP instead
+of buffered. A result the client does not take within ``send_timeout_s`` (it
+stopped reading; its socket buffers are full) ends the session with
+``client_too_slow``, so nothing piles up behind it.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ async def serve_stream(ws: WebSocket, state: ServerState) -> None:
         state.admit(ws.headers, ws.query_params)
     except ProtocolError as err:
         state.metrics.errors.labels(err.code.value).inc()
-        await _send_error(ws, err)
+        await _send_error(ws, err, state.settings.send_timeout_s)
         return
     session = StreamSession(ws, state)
     state.sessions.add(session)
@@ -72,10 +79,16 @@ async def serve_stream(ws: WebSocket, state: ServerState) -> None:
         state.metrics.active_sessions.dec()
 
 
-async def _send_error(ws: WebSocket, err: ProtocolError) -> None:
-    with contextlib.suppress(Exception):  # the peer may already be gone
+async def _send_error(ws: WebSocket, err: ProtocolError, timeout: float) -> None:
+    """The typed error, then its close code; a peer that reads nothing is given up on
+    after ``timeout`` (the server then drops the connection)."""
+
+    async def send() -> None:
         await ws.send_text(Error(code=err.code, message=err.message).model_dump_json())
         await ws.close(err.close_code, err.code.value)
+
+    with contextlib.suppress(Exception):  # the peer may already be gone
+        await asyncio.wait_for(send(), timeout)
 
 
 class StreamSession:
@@ -91,28 +104,36 @@ class StreamSession:
         self.stream: Any = None  # the lane's handle of this session's recognizer stream
         self.lane_died: asyncio.Future[None] | None = None  # the lane's model went away
         self.audio: asyncio.Queue[np.ndarray | None] = asyncio.Queue()
+        self.backlog = 0  # samples queued for the model
+        self.backlog_limit = 0  # set from the sample rate on start
+        self.room = asyncio.Event()  # set while the backlog is below its limit
+        self.room.set()
         self.ready_at = 0.0
         self.results_sent = 0
         self._closing = asyncio.ensure_future(state.closing.wait())
 
     async def run(self) -> None:
         metrics = self.state.metrics
+        timeout = self.state.settings.send_timeout_s
         try:
             await self._open()
             reason = await self._stream()
             await self._send(End(reason=reason).model_dump_json())
-            await self.ws.close(CloseCode.NORMAL if reason == "stop" else CloseCode.GOING_AWAY)
+            code = CloseCode.NORMAL if reason == "stop" else CloseCode.GOING_AWAY
+            with contextlib.suppress(Exception):  # a client that stops reading now is let go
+                await asyncio.wait_for(self.ws.close(code), timeout)
         except ProtocolError as err:
             metrics.errors.labels(err.code.value).inc()
             log.info("session %s: %s: %s", self.id, err.code.value, err.message)
-            await _send_error(self.ws, err)
+            await _send_error(self.ws, err, timeout)
         except ClientGone:
             metrics.errors.labels("client_gone").inc()
             log.info("session %s: client went away", self.id)
         except Exception:
             metrics.errors.labels(ErrorCode.INTERNAL.value).inc()
             log.exception("session %s failed", self.id)
-            await _send_error(self.ws, ProtocolError(ErrorCode.INTERNAL, "internal server error"))
+            internal = ProtocolError(ErrorCode.INTERNAL, "internal server error")
+            await _send_error(self.ws, internal, timeout)
         finally:
             self._closing.cancel()
             if self.lane is not None:
@@ -135,6 +156,7 @@ class StreamSession:
             raise ProtocolError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(err)) from None
         self.lane, self.lane_died = lane, lane.died
         self.start = message
+        self.backlog_limit = int(self.state.settings.max_backlog_s * message.sample_rate)
         await self._send(Ready(session_id=self.id).model_dump_json())
         self.ready_at = time.monotonic()
 
@@ -181,6 +203,9 @@ class StreamSession:
                 raise ProtocolError(ErrorCode.INVALID_AUDIO, str(err)) from None
             self.state.metrics.add_audio(len(samples) / rate)
             self.audio.put_nowait(samples)
+            self.backlog += len(samples)
+            if self.backlog >= self.backlog_limit:
+                self.room.clear()
 
     def _parse(self, text: str) -> Start | Stop:
         return parse_client_message(text, self.state.settings.max_control_bytes)
@@ -188,12 +213,15 @@ class StreamSession:
     async def _receive(
         self, pump: asyncio.Task[None] | None = None
     ) -> tuple[Literal["text", "bytes", "shutdown"], str | bytes]:
-        """Next frame, or ``shutdown``; enforces the idle timeout, session length and audio
-        frame size (control frames are checked by ``parse_client_message``).
+        """Next frame, or ``shutdown``; enforces the backlog, idle timeout, session length
+        and audio frame size (control frames are checked by ``parse_client_message``).
+
+        While the backlog is full no frame is taken: the client waits for the model.
         """
-        idle = self.state.settings.idle_timeout_s
-        session_left = self.deadline - time.monotonic()
         try:
+            await self._unless_interrupted(self.room.wait(), pump, None)
+            idle = self.state.settings.idle_timeout_s
+            session_left = self.deadline - time.monotonic()
             message = await self._unless_interrupted(
                 self.ws.receive(), pump, max(min(idle, session_left), 0.0)
             )
@@ -251,6 +279,9 @@ class StreamSession:
             while chunks[-1] is not None and not self.audio.empty():
                 chunks.append(self.audio.get_nowait())
             audio = [c for c in chunks if c is not None]
+            self.backlog -= sum(len(c) for c in audio)
+            if self.backlog < self.backlog_limit:
+                self.room.set()
             try:
                 if audio:
                     queued = time.monotonic()
@@ -273,8 +304,14 @@ class StreamSession:
             await self._send(Result.from_event(event).model_dump_json())
 
     async def _send(self, text: str) -> None:
+        timeout = self.state.settings.send_timeout_s
         try:
-            await self.ws.send_text(text)
+            await asyncio.wait_for(self.ws.send_text(text), timeout)
+        except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
+            raise ProtocolError(
+                ErrorCode.CLIENT_TOO_SLOW,
+                f"results were left unread for {timeout:g} s; read them as they come",
+            ) from None
         except (WebSocketDisconnect, OSError, RuntimeError) as err:
             raise ClientGone from err
 

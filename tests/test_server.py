@@ -7,8 +7,11 @@ import contextlib
 import io
 import json
 import multiprocessing
+import select
+import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,7 +21,11 @@ import pytest
 import soundfile as sf
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from asr.formats import FORMATS, MEDIA_TYPES, render, transcript_record
 from server.client import Transcript, file_frames, stream
@@ -333,6 +340,112 @@ def test_graceful_shutdown_flushes_open_sessions(tiny_bundle):
     assert " ".join(finals) == offline_text(tiny_bundle, sent, 16000)
 
 
+@pytest.fixture(scope="module")
+def narrow(tiny_bundle):
+    """A small send buffer and a short send timeout, so that a client that stops reading
+    fills what lies between it and the server in seconds, not minutes: the listening
+    socket's buffer sizes are inherited by every accepted one, and a fixed SO_SNDBUF turns
+    off the kernel's growing of send buffers to megabytes. The receive buffer is fixed
+    large: on loopback (64 kB segments) a small one keeps advertising a zero window after
+    the server pauses reading, and the client's probes back off for tens of seconds."""
+    settings = Settings(model=tiny_bundle, workers=1, max_backlog_s=2.0, send_timeout_s=3.0)
+    live = LiveServer(settings)
+    live.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    live.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    with live:
+        yield live
+
+
+class RawClient:
+    """A WebSocket client on a plain blocking socket (websockets' sans-I/O protocol), so the
+    test decides when it reads: bytes it does not read stay in the kernel, as with a client
+    that has stopped reading."""
+
+    def __init__(self, url: str, rcvbuf: int) -> None:
+        self.protocol = ClientProtocol(parse_uri(url), max_size=None)
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # before connect
+        self.sock.settimeout(30)
+        host, port = urllib.parse.urlsplit(url).netloc.split(":")
+        self.sock.connect((host, int(port)))
+        self.protocol.send_request(self.protocol.connect())
+        self._flush()
+        self._texts: list[str] = []
+        while self.protocol.handshake_exc is None and self.protocol.state is not State.OPEN:
+            self._read()
+
+    def send(self, frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            self.protocol.send_text(frame.encode())
+        else:
+            self.protocol.send_binary(frame)
+        self._flush()
+
+    def receive(self) -> dict | None:
+        """The next text message, or None once the server has closed."""
+        while not self._texts:
+            if self.protocol.close_rcvd is not None or not self._read():
+                return None
+        return json.loads(self._texts.pop(0))
+
+    def _read(self) -> bool:
+        data = self.sock.recv(65536)
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+        for event in self.protocol.events_received():
+            if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                self._texts.append(event.data.decode())
+        return bool(data)
+
+    def _flush(self) -> None:
+        self.sock.sendall(b"".join(self.protocol.data_to_send()))
+
+
+CAP = 20_000_000  # bytes of audio a flooding client may push before the test calls it unbounded
+
+
+def flood_without_reading(live: LiveServer) -> tuple[int, list[dict], int | None]:
+    """Start a session, then send audio as fast as the server takes it and read nothing
+    until the server reports the session too slow; returns (bytes sent, messages, close)."""
+    client = RawClient(ws_url(live, None), rcvbuf=4096)
+    client.send(start())
+    messages = [client.receive()]
+    frames = [s16le(AUDIO[i : i + 1600]) for i in range(0, len(AUDIO) - 1600, 1600)]
+    sent = 0
+    gave_up = metric(live, "asr_errors_total", kind="client_too_slow") + 1
+    deadline = time.monotonic() + 120
+    while sent < CAP:
+        assert time.monotonic() < deadline, "the session did not end with client_too_slow"
+        if select.select([], [client.sock], [], 0.2)[1]:
+            client.send(frames[(sent // 3200) % len(frames)])
+            sent += 3200
+        elif metric(live, "asr_errors_total", kind="client_too_slow") == gave_up:
+            break  # the server stopped reading and ended the session
+    while (message := client.receive()) is not None:
+        messages.append(message)
+    close = client.protocol.close_rcvd.code if client.protocol.close_rcvd else None
+    client.sock.close()
+    return sent, messages, close
+
+
+def test_client_that_stops_reading(narrow, tiny_bundle):
+    """A client sends audio faster than real time and never reads its results: the server
+    takes its frames only as fast as the model goes, stops taking them once results pile up
+    unread, and after send_timeout ends the session with client_too_slow (1008), so its
+    memory stays bounded; a healthy session alongside is untouched."""
+    (sent, messages, close), healthy = with_healthy_session(
+        narrow, lambda: asyncio.to_thread(flood_without_reading, narrow)
+    )
+    assert sent < CAP  # before the fix the server read (and queued) all of it
+    assert messages[0]["type"] == "ready"
+    assert messages[-1]["code"] == "client_too_slow", messages[-1]
+    assert close == 1008
+    assert all(m["type"] in ("partial", "final") for m in messages[1:-1])
+    assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
+
+
 # --- HTTP ---------------------------------------------------------------------
 
 
@@ -510,6 +623,7 @@ def test_health_and_schemas(server):
     }
     assert schemas["close_codes"]["too_many_sessions"] == 1013
     assert schemas["close_codes"]["control_too_large"] == 1009
+    assert schemas["close_codes"]["client_too_slow"] == 1008
     error_codes = schemas["server"]["$defs"]["ErrorCode"]["enum"]
     assert set(error_codes) == set(schemas["close_codes"])
     assert schemas["client"]["$defs"]["Start"]["properties"]["sample_rate"]["type"] == "integer"
