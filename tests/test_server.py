@@ -261,6 +261,54 @@ def test_too_many_sessions(server, tiny_bundle):
     assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
 
 
+def test_twice_max_sessions_at_once(server, tiny_bundle):
+    """2 x max_sessions clients connect at the same moment: the extra ones are refused at once
+    with too_many_sessions (1013), and every admitted one streams to its transcript.
+
+    Every client waits until all have had their first answer before streaming, so the
+    admitted sessions all hold their slots while the others knock."""
+    n = server.settings.max_sessions
+    clips = [speechlike(1.5, seed=40 + i) for i in range(2 * n)]
+    answered: list[str] = []
+    everyone = asyncio.Event()
+
+    async def client(clip: np.ndarray) -> tuple[list[dict], int | None, float]:
+        began = time.monotonic()
+        async with connect(ws_url(server), max_size=None) as ws:
+            with contextlib.suppress(ConnectionClosed):  # a refusal may come before start
+                await ws.send(start(encoding="f32le"))
+            messages = [json.loads(await ws.recv())]
+            waited = time.monotonic() - began
+            answered.append(messages[0]["type"])
+            if len(answered) == len(clips):
+                everyone.set()
+            await everyone.wait()
+            with contextlib.suppress(ConnectionClosed):
+                if messages[0]["type"] == "ready":
+                    async for frame in file_frames(clip, 16000, 100.0, paced=False):
+                        await ws.send(frame)
+                    await ws.send(json.dumps({"type": "stop"}))
+                while True:
+                    messages.append(json.loads(await ws.recv()))
+        return messages, ws.close_code, waited
+
+    async def crowd():
+        return await asyncio.gather(*(client(clip) for clip in clips))
+
+    outcomes = asyncio.run(crowd())
+    admitted = [(clip, o) for clip, o in zip(clips, outcomes) if o[0][0]["type"] == "ready"]
+    refused = [o for o in outcomes if o[0][0]["type"] != "ready"]
+    assert len(admitted) == len(refused) == n
+    for messages, close, waited in refused:
+        assert [m.get("code") for m in messages] == ["too_many_sessions"]
+        assert close == 1013
+        assert waited < 2.0  # at once, not after a queue
+    for clip, (messages, close, _) in admitted:
+        assert messages[-1] == {"type": "end", "reason": "stop"} and close == 1000
+        finals = [m["text"] for m in messages if m["type"] == "final" and m["text"]]
+        assert " ".join(finals) == offline_text(tiny_bundle, clip, 16000)
+
+
 def metric(live: LiveServer, name: str, **labels: str) -> float:
     text = urllib.request.urlopen(live.url("/metrics"), timeout=10).read().decode()
     for family in text_string_to_metric_families(text):
