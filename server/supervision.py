@@ -30,10 +30,14 @@ def restart_delay(failures: int, first_s: float, max_s: float) -> float:
 
 
 def describe_exit(code: int | None) -> str:
+    """A process's exit code in words, for the log (negative: the signal that ended it)."""
     if code is None:
         return "exited"
     if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
     return f"exited with status {code}"
 
 
