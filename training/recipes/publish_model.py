@@ -29,6 +29,7 @@ from asr.bundle import load_model
 from asr.config import Config
 from asr.lm import LM_FILE
 from training.dataset import entry_audio
+from training.evaluate import add_arguments as add_eval_arguments
 from training.evaluate import run as run_eval
 from training.lm_cli import run as train_lm
 from training.manifest import read_manifest
@@ -66,20 +67,20 @@ def evaluate_run(run: Path, data: Path, fused: bool = False) -> dict[str, dict[s
             and "by_train_frequency" in json.loads(summary.read_text())
         )
         if not fresh:
-            args = argparse.Namespace(
-                model=bundle,
-                manifest=data / f"{split}.jsonl",
-                out=out,
-                phones=False,
-                plot=[],
-                beam=LM_BEAM if fused else None,
-                lm_weight=LM_WEIGHT if fused else None,
-                train_manifest=data / "train.jsonl",
-                by=[],
-            )
-            run_eval(args)
+            argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
+            argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl")]
+            if fused:
+                argv += ["--beam", str(LM_BEAM), "--lm-weight", str(LM_WEIGHT)]
+            run_eval(_eval_parser().parse_args(argv))
         results[split] = json.loads(summary.read_text())
     return results
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    """`asr eval`'s own options (with their defaults), so the recipe cannot fall behind them."""
+    parser = argparse.ArgumentParser(prog="asr eval")
+    add_eval_arguments(parser)
+    return parser
 
 
 def add_lm(run: Path, data: Path) -> None:
