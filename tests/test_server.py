@@ -454,9 +454,11 @@ class RawClient:
 CAP = 20_000_000  # bytes of audio a flooding client may push before the test calls it unbounded
 
 
-def flood_without_reading(live: LiveServer) -> tuple[int, list[dict], int | None]:
+def flood_without_reading(live: LiveServer) -> tuple[int, list[dict], int | None, bool]:
     """Start a session, then send audio as fast as the server takes it and read nothing
-    until the server reports the session too slow; returns (bytes sent, messages, close)."""
+    until the server reports the session too slow; returns (bytes sent, messages, close,
+    whether the connection was reset). Closing a socket with unread input makes the kernel
+    send a reset, which can overtake the error and close frames on a busy machine."""
     client = RawClient(ws_url(live, None), rcvbuf=4096)
     client.send(start())
     messages = [client.receive()]
@@ -464,18 +466,22 @@ def flood_without_reading(live: LiveServer) -> tuple[int, list[dict], int | None
     sent = 0
     gave_up = metric(live, "asr_errors_total", kind="client_too_slow") + 1
     deadline = time.monotonic() + 120
-    while sent < CAP:
-        assert time.monotonic() < deadline, "the session did not end with client_too_slow"
-        if select.select([], [client.sock], [], 0.2)[1]:
-            client.send(frames[(sent // 3200) % len(frames)])
-            sent += 3200
-        elif metric(live, "asr_errors_total", kind="client_too_slow") == gave_up:
-            break  # the server stopped reading and ended the session
-    while (message := client.receive()) is not None:
-        messages.append(message)
+    reset = False
+    try:
+        while sent < CAP:
+            assert time.monotonic() < deadline, "the session did not end with client_too_slow"
+            if select.select([], [client.sock], [], 0.2)[1]:
+                client.send(frames[(sent // 3200) % len(frames)])
+                sent += 3200
+            elif metric(live, "asr_errors_total", kind="client_too_slow") == gave_up:
+                break  # the server stopped reading and ended the session
+        while (message := client.receive()) is not None:
+            messages.append(message)
+    except ConnectionResetError:
+        reset = True
     close = client.protocol.close_rcvd.code if client.protocol.close_rcvd else None
     client.sock.close()
-    return sent, messages, close
+    return sent, messages, close, reset
 
 
 def test_client_that_stops_reading(narrow, tiny_bundle):
@@ -483,13 +489,16 @@ def test_client_that_stops_reading(narrow, tiny_bundle):
     takes its frames only as fast as the model goes, stops taking them once results pile up
     unread, and after send_timeout ends the session with client_too_slow (1008), so its
     memory stays bounded; a healthy session alongside is untouched."""
-    (sent, messages, close), healthy = with_healthy_session(
+    before = metric(narrow, "asr_errors_total", kind="client_too_slow")
+    (sent, messages, close, reset), healthy = with_healthy_session(
         narrow, lambda: asyncio.to_thread(flood_without_reading, narrow)
     )
     assert sent < CAP  # before the fix the server read (and queued) all of it
     assert messages[0]["type"] == "ready"
-    assert messages[-1]["code"] == "client_too_slow", messages[-1]
-    assert close == 1008
+    assert metric(narrow, "asr_errors_total", kind="client_too_slow") == before + 1
+    if not reset:  # a reset (see flood_without_reading) can swallow the last frames
+        assert messages[-1]["code"] == "client_too_slow", messages[-1]
+        assert close == 1008
     assert all(m["type"] in ("partial", "final") for m in messages[1:-1])
     assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
 

@@ -96,8 +96,9 @@ def digit_corpus(root: Path, name: str, count: int, seed: int) -> Path:
 
 
 def test_tiny_model_learns_the_sentences(tmp_path: Path) -> None:
-    """At most 2 minutes of mixed-precision training: greedy hard-monotonic WER < 30% on the
-    training sentences, and on digit strings it never heard (so it recognises, not memorises)."""
+    """900 steps of mixed-precision training (a count: a minute buys a busy or bfloat16-less
+    machine far fewer): greedy hard-monotonic WER < 30% on the training sentences, and on
+    digit strings it never heard (so it recognises, not memorises)."""
     train = digit_corpus(tmp_path, "train", 400, seed=0)
     unseen = digit_corpus(tmp_path, "unseen", 40, seed=1)
     started = time.monotonic()
@@ -106,11 +107,11 @@ def test_tiny_model_learns_the_sentences(tmp_path: Path) -> None:
             tmp_path / "exp",
             train,
             f"train.valid_manifest={unseen}",
-            "train.max_minutes=1.6",
+            "train.max_steps=900",
             "train.precision=bfloat16",  # as the default config: mixed precision must learn too
         )
     )
-    assert time.monotonic() - started < 200
+    assert time.monotonic() - started < 300
     recognizer = load_model(tmp_path / "exp" / "bundle")
     for manifest in (train, unseen):
         summary, records = evaluate(recognizer, read_manifest(manifest)[0][:48])
