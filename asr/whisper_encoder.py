@@ -236,15 +236,29 @@ class EncoderStream:
         conv_time = torch.arange(lo + 1, hi - 1)  # conv1 outputs 2 first - 1 .. 2 (first + n) - 1
         return window, (conv_time >= 0) & (conv_time < self._mel_count)
 
-    def _attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, slots: Tensor) -> Tensor:
+    def _store(self, n: int) -> tuple[Tensor, Tensor]:
+        """Claim the ring's slots for the next chunk of n states -> (their indices, the additive
+        attention mask [1, 1, 1, filled] over the slots filled so far), shared by every layer.
+
+        The ring fills from slot 0, so until it wraps only its first ``filled`` slots hold
+        keys; attending to just those costs a short stream what its length needs."""
+        capacity = len(self._slot_state)
+        slots = (self._write + torch.arange(n)) % capacity
+        self._slot_state[slots] = torch.arange(self.states, self.states + n)
+        filled = min(self.states + n, capacity)
+        oldest = max(0, self.states - self.streaming.left_context)
+        hidden = self._slot_state[:filled] < oldest
+        mask = torch.zeros(filled, dtype=self._keys.dtype).masked_fill_(hidden, float("-inf"))
+        return slots, mask.view(1, 1, 1, -1)
+
+    def _attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
         """Layer i's attention for this stream's chunk: store its keys and values in the ring,
-        then attend over every slot within the left context."""
+        then attend over the filled slots within the left context."""
         self._keys[i][:, :, slots] = k
         self._values[i][:, :, slots] = v
-        first = int(self._slot_state[slots[0]])
-        visible = self._slot_state >= max(0, first - self.streaming.left_context)
+        filled = mask.shape[-1]
         return F.scaled_dot_product_attention(
-            q, self._keys[i], self._values[i], attn_mask=visible.view(1, 1, 1, -1)
+            q, self._keys[i][:, :, :filled], self._values[i][:, :, :filled], attn_mask=mask
         )
 
     def _advance(self, n: int) -> None:
@@ -293,21 +307,17 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     """The next chunk of n states of each stream, as one batch -> [B, n, d_model]."""
     enc = streams[0].encoder
     windows, inside = zip(*(s._window(n) for s in streams))
-    x = F.gelu(F.conv1d(torch.stack(windows).transpose(1, 2), enc.conv1.weight, enc.conv1.bias))
-    x = x * torch.stack(inside).unsqueeze(1)  # conv2's zero padding
-    x = F.gelu(F.conv1d(x, enc.conv2.weight, enc.conv2.bias, stride=2)).transpose(1, 2)
+    x = F.gelu(_conv_as_linear(torch.stack(windows), enc.conv1, 1))
+    x = x * torch.stack(inside).unsqueeze(2)  # conv2's zero padding
+    x = F.gelu(_conv_as_linear(x, enc.conv2, 2))
     index = torch.stack([torch.arange(s.states, s.states + n) for s in streams])
     x = x + enc.positions[index % enc.dims.n_ctx]
-    slots = []
-    for s in streams:
-        where = (s._write + torch.arange(n)) % len(s._slot_state)
-        s._slot_state[where] = torch.arange(s.states, s.states + n)
-        slots.append(where)
+    slots, masks = zip(*(s._store(n) for s in streams))
     for i, layer in enumerate(enc.layers):
         q, k, v = layer.split(x)
         attended = torch.cat(
             [
-                s._attend(i, q[b : b + 1], k[b : b + 1], v[b : b + 1], slots[b])
+                s._attend(i, q[b : b + 1], k[b : b + 1], v[b : b + 1], slots[b], masks[b])
                 for b, s in enumerate(streams)
             ]
         )
@@ -315,6 +325,16 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     for s in streams:
         s._advance(n)
     return enc.norm(x)
+
+
+def _conv_as_linear(x: Tensor, conv: nn.Conv1d, stride: int) -> Tensor:
+    """``conv`` (no padding) over x [B, T, C_in] -> [B, T', C_out], as one matrix product of
+    the stacked input windows: on a chunk's few frames about three times faster on a CPU
+    thread than torch's convolution, which takes its slow general path there."""
+    kernel = conv.kernel_size[0]
+    windows = x.unfold(1, kernel, stride)  # [B, T', C_in, kernel]: the weight's own layout
+    weight = conv.weight.view(conv.out_channels, -1)
+    return F.linear(windows.reshape(*windows.shape[:2], -1), weight, conv.bias)
 
 
 def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
