@@ -16,7 +16,8 @@ frame exists, at worst), the one-thread real-time factor of the front end in flo
 and with int8 linear layers (medians of interleaved repeats), and, with --probe-*,
 the greedy CER of a fixed probe on the test manifests: a 1-layer 256-unit LSTM with
 a CTC character head trained on the variant's frames for a fixed number of epochs
-(the same seed, data and budget for every variant).
+(the same seed, data and budget for every variant). Frames and finished scores are kept
+under --work, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from torch import nn
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -163,7 +165,7 @@ def train_probe(
     optimizer = torch.optim.Adam(probe.parameters(), lr=1e-3)
     max_frames = int(40 / frame_seconds)
     losses = []
-    for epoch in range(epochs):
+    for epoch in tqdm(range(epochs), desc="probe epochs", unit="epoch", leave=False):
         total = []
         for batch in make_batches([len(f) for f in feats], max_frames, seed, epoch):
             x = nn.utils.rnn.pad_sequence([feats[i] for i in batch], batch_first=True)
@@ -196,18 +198,37 @@ def probe_cer(probe: Probe, feats: list[torch.Tensor], texts: list[str]) -> floa
 
 
 def probe_scores(
-    variant: Variant, train: list, tests: dict[str, list], epochs: int
+    variant: Variant, train: list, tests: dict[str, list], epochs: int, work: Path
 ) -> dict[str, float]:
-    """Train the probe on the variant's frames of ``train``; its CER on each test set."""
-    torch.set_num_threads(2)
+    """Train the probe on the variant's frames of ``train``; its CER on each test set.
 
-    def frames(entries: list) -> list[torch.Tensor]:
-        return [torch.from_numpy(variant.frames(entry_audio(e, SAMPLE_RATE))) for e in entries]
+    Frames are kept under ``work`` per variant and set (float16), so a rerun after an
+    interruption computes only what is missing."""
+    torch.set_num_threads(2)
+    slug = variant.spec.replace("/", "_").replace(":", "-")
+
+    def frames(name: str, entries: list) -> list[torch.Tensor]:
+        path = work / slug / f"{name}-{len(entries)}.npz"
+        if path.exists():
+            with np.load(path) as saved:
+                return [
+                    torch.from_numpy(saved[str(i)].astype(np.float32)) for i in range(len(entries))
+                ]
+        out = [
+            variant.frames(entry_audio(e, SAMPLE_RATE))
+            for e in tqdm(entries, desc=f"{variant.spec} frames of {name}", unit="utt")
+        ]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial.npz")
+        np.savez(partial, **{str(i): f.astype(np.float16) for i, f in enumerate(out)})
+        partial.replace(path)
+        return [torch.from_numpy(f) for f in out]
 
     seconds = 0.01 if variant.kind == "fbank" else 0.02
-    probe, _ = train_probe(frames(train), [e.text for e in train], seconds, epochs)
+    probe, losses = train_probe(frames("train", train), [e.text for e in train], seconds, epochs)
+    print(f"{variant.spec}: probe CTC loss per epoch {[round(x, 3) for x in losses]}", flush=True)
     return {
-        name: probe_cer(probe, frames(entries), [e.text for e in entries])
+        name: probe_cer(probe, frames(name, entries), [e.text for e in entries])
         for name, entries in tests.items()
     }
 
@@ -228,6 +249,12 @@ def main() -> None:
     parser.add_argument("--probe-epochs", type=int, default=10)
     parser.add_argument("--probe-test", nargs="*", type=Path, default=[])
     parser.add_argument("--probe-test-limit", type=int, default=300)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=ROOT / "exp" / "bench-frontend",
+        help="frames and finished probe scores, kept so a rerun resumes",
+    )
     args = parser.parse_args()
 
     files = args.audio or sorted((ROOT / "tests" / "data" / "heldout").glob("*/*.flac"))
@@ -246,27 +273,35 @@ def main() -> None:
             train.append(entry)
             hours += (entry.duration or 0.0) / 3600
         tests = {p.stem: read_manifest(p)[0][: args.probe_test_limit] for p in args.probe_test}
+        done_path = args.work / "scores.json"
+        done = json.loads(done_path.read_text()) if done_path.exists() else {}
+        setting = f"{args.probe_train}:{args.probe_hours}h:{args.probe_epochs}ep:" + ",".join(
+            f"{p}[:{args.probe_test_limit}]" for p in args.probe_test
+        )
         for spec in args.variants:
-            cers[spec] = probe_scores(floats[spec], train, tests, args.probe_epochs)
+            key = f"{spec} @ {setting}"
+            if key not in done:
+                done[key] = probe_scores(floats[spec], train, tests, args.probe_epochs, args.work)
+                args.work.mkdir(parents=True, exist_ok=True)
+                done_path.write_text(json.dumps(done, indent=1))
+            cers[spec] = done[key]
             print(f"{spec}: probe CER {cers[spec]}", flush=True)
     names = [p.stem for p in args.probe_test]
     print(
         f"\n{sum(len(a) for a in audio) / SAMPLE_RATE:.0f} s of audio, one thread, median of {args.repeats}"
     )
     print(
-        "| variant | latency (ms) | RTF float | RTF int8 | "
-        + " | ".join(f"CER {n}" for n in names)
-        + " |"
+        "| variant | latency (ms) | RTF float | RTF int8 |" + "".join(f" CER {n} |" for n in names)
     )
     print("|---|---|---|---|" + "---|" * len(names))
     for spec in args.variants:
         latency = floats[spec].latency_ms
         cells = [f"{100 * cers[spec][n]:.1f}%" if spec in cers else "-" for n in names]
         shown = "offline" if latency == float("inf") else f"{latency:.1f}"
+        int8 = "-" if np.isnan(rtf[spec][1]) else f"{rtf[spec][1]:.3f}"
         print(
-            f"| {spec} | {shown} | {rtf[spec][0]:.3f} | {rtf[spec][1]:.3f} | "
-            + " | ".join(cells)
-            + " |"
+            f"| {spec} | {shown} | {rtf[spec][0]:.3f} | {int8} |"
+            + "".join(f" {c} |" for c in cells)
         )
 
 
