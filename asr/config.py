@@ -213,6 +213,9 @@ class DistillConfig:
     # of extra lookahead
     delay: int = 0
     adapter_rank: int = 0  # 0: train every weight; r > 0: low-rank adapters on the linears
+    # a student to start from (a directory or file written by asr distill), so a student can
+    # go on learning from wider audio; empty: the teacher's own weights
+    init: str = ""
     # share of utterances given a random position phase, so the student learns the wrap of
     # Whisper's 30 s position table that long streams go through
     position_offset_share: float = 0.5

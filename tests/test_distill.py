@@ -86,6 +86,15 @@ def test_resumed_run_ends_where_an_uninterrupted_one_does(setup: Path) -> None:
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
+def test_a_student_continues_from_an_earlier_one(setup: Path) -> None:
+    first = _distill(setup, setup / "first", "distill.max_steps=8")
+    init = f"distill.init={setup / 'first' / 'student'}"
+    second = _distill(setup, setup / "second", "distill.max_steps=8", init)
+    assert second[0]["rel_mse"] == pytest.approx(first[-1]["rel_mse"], rel=1e-3)  # float16 saved
+    assert second[0]["rel_mse"] < first[0]["rel_mse"]
+    assert second[-1]["rel_mse"] < second[0]["rel_mse"]
+
+
 def test_low_rank_adapters_train_only_the_adapters(setup: Path) -> None:
     history = _distill(setup, setup / "lora", "distill.max_steps=12", "distill.adapter_rank=4")
     assert history[-1]["rel_mse"] < history[0]["rel_mse"]
@@ -102,6 +111,8 @@ def test_bad_settings_fail_before_any_work(
     assert "manifest nowhere.jsonl does not exist" in capsys.readouterr().err
     assert main([*base, "model.whisper.chunk=0"]) == 2
     assert "need chunk >= 1" in capsys.readouterr().err
+    assert main([*base, "distill.init=nowhere"]) == 2
+    assert "nowhere" in capsys.readouterr().err
     assert main([*base, "--resume"]) == 2
     assert "last.pt does not exist" in capsys.readouterr().err
     assert not (tmp_path / "config.json").exists()

@@ -2,8 +2,8 @@
 
 The teacher is Whisper-base's encoder with full attention over each utterance
 (model.whisper.teacher); the student is the same network under the streaming
-mask (model.whisper.chunk, left_context), initialised from the teacher and
-trained to reproduce the teacher's final states (relative squared error), on
+mask (model.whisper.chunk, left_context), initialised from the teacher (or from
+an earlier student, distill.init) and trained to reproduce the teacher's final states (relative squared error), on
 unlabelled audio. Teacher states are computed once per utterance and cached
 (distill.cache_dir, keyed by audio span and front-end settings), so an epoch
 costs only the student. Checkpoints (OUT/last.pt) carry everything needed to
@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     for manifest in [*d.train_manifests, d.valid_manifest]:
         if not Path(manifest).is_file():
             raise FileNotFoundError(f"manifest {manifest} does not exist")
+    if d.init and not Path(d.init).exists():
+        raise FileNotFoundError(f"distill.init {d.init} does not exist")
     if args.resume and not (args.out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {args.out / 'last.pt'} does not exist")
     config.model.whisper.streaming().check(1500)
@@ -238,6 +240,12 @@ class Distiller:
         self.out.mkdir(parents=True, exist_ok=True)
         self.config.save(self.out / "config.json")
         teacher = load_encoder(self.whisper.teacher)
+        student = load_encoder(self.cfg.init) if self.cfg.init else teacher
+        if student.dims != teacher.dims:
+            raise ValueError(
+                f"distill.init {self.cfg.init}: shape {student.dims} differs from the "
+                f"teacher's {teacher.dims}"
+            )
         cache = Path(self.cfg.cache_dir)
         train = [e for m in self.cfg.train_manifests for e in read_manifest(Path(m))[0]]
         valid = read_manifest(Path(self.cfg.valid_manifest))[0]
@@ -247,7 +255,7 @@ class Distiller:
         self.valid = cache_teacher(valid, teacher, self.whisper, cache, "teacher states (valid)")
         if not self.train or not self.valid:
             raise ValueError("no usable utterances to distil from (see the messages above)")
-        self.student = teacher.train()
+        self.student = student.train()
         if self.cfg.adapter_rank > 0:
             add_adapters(self.student, self.cfg.adapter_rank)
         params = [p for p in self.student.parameters() if p.requires_grad]
