@@ -251,7 +251,9 @@ class EncoderStream:
         mask = torch.zeros(filled, dtype=self._keys.dtype).masked_fill_(hidden, float("-inf"))
         return slots, mask.view(1, 1, 1, -1)
 
-    def _attend(self, i: int, q: Tensor, k: Tensor, v: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
+    def _attend(
+        self, i: int, q: Tensor, k: Tensor, v: Tensor, slots: Tensor, mask: Tensor
+    ) -> Tensor:
         """Layer i's attention for this stream's chunk: store its keys and values in the ring,
         then attend over the filled slots within the left context."""
         self._keys[i][:, :, slots] = k

@@ -172,3 +172,33 @@ def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.Monke
     assert sum(calls) == made, "a rerun must not synthesise finished utterances again"
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.wav")} == mtimes
     assert (tmp_path / "train.jsonl").read_text().count("\n") == len(manifests["train"])
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_interrupted_corpus_has_manifests_of_what_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus still being made (or killed) is usable as far as it got."""
+    monkeypatch.setattr(synth_corpus, "load_sentences", lambda: PAIRS)
+    monkeypatch.setattr(synth_corpus, "MANIFEST_EVERY_S", 0)
+    original, calls = Espeak.synthesize, []
+
+    def interrupted(self: Espeak, voice: str, items: list) -> list:
+        calls.append(voice)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return original(self, voice, items)
+
+    monkeypatch.setattr(Espeak, "synthesize", interrupted)
+    argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.008", "--test-size", "2"]
+    with pytest.raises(KeyboardInterrupt):
+        synth_corpus.main([*argv, "--dev-size", "3"])
+    journal = [json.loads(line) for line in (tmp_path / synth_corpus.JOURNAL).open()]
+    listed = [
+        json.loads(line)["audio"]
+        for split in synth_corpus.SPLITS
+        if (tmp_path / f"{split}.jsonl").exists()
+        for line in (tmp_path / f"{split}.jsonl").open()
+    ]
+    assert journal and sorted(listed) == sorted(record["audio"] for record in journal)
+    assert all((tmp_path / audio).exists() for audio in listed)

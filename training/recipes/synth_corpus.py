@@ -15,7 +15,8 @@ The plan (who says what, with which prosody and augmentation) is a pure function
 seed, the sentence sources, the engines and the hours, and utterance ids hash their
 content, so a rerun skips every utterance already in DIR/progress.jsonl with its WAV on
 disk. WAVs are written atomically; the journal is appended once per finished batch and
-the manifests are rewritten from it at the end.
+the manifests are rewritten from it every few minutes and at the end, so an interrupted
+or still-running corpus is usable as far as it got.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ HELD_OUT = {
 }
 BATCH = {"festival": 16, "piper": 8}
 JOURNAL = "progress.jsonl"
+MANIFEST_EVERY_S = 300  # the split manifests are rewritten this often during a run
 
 
 @dataclass
@@ -435,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         ) as bar,
     ):
         bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
+        manifests_due = time.monotonic() + MANIFEST_EVERY_S
         for records in run_batches(batches(todo, args.seed), out, args.jobs):
             for record in records:
                 if "error" in record:
@@ -444,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                 hours += record["duration"] / 3600
                 journal.write(json.dumps(record) + "\n")
             journal.flush()
+            if time.monotonic() > manifests_due:  # what is done is usable while the rest runs
+                write_manifests(out, plan, done)
+                manifests_due = time.monotonic() + MANIFEST_EVERY_S
             bar.update(len(records))
             bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
     write_manifests(out, plan, done)
