@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +15,7 @@ from asr.formats import plain_text
 from asr.frontend import Frontend, load_frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
-from asr.streaming import StreamingSession
+from asr.streaming import StreamingSession, two_pass_teacher
 from asr.tokenizer import Tokenizer
 
 OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
@@ -44,10 +44,11 @@ class Recognizer:
     ) -> None:
         """Override the bundle's beam size, LM weight and two-pass finals (None keeps them),
         checking each."""
+        assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
-            if two_pass and self.frontend is not None:
-                self.frontend.full_attention()  # fails now, naming what is missing
+            if two_pass:
+                two_pass_teacher(self.frontend, decode)  # fails now, naming what is missing
             decode.two_pass = two_pass
         if beam is not None:
             if beam < 1:
@@ -71,10 +72,26 @@ class Recognizer:
                 )
             self.lm = lm
 
-    def stream(self, sample_rate: int) -> StreamingSession:
+    def two_pass_problem(self) -> str | None:
+        """Why this model cannot give two-pass finals, or None when it can. The teacher is
+        loaded now (once), so a session that asks for them later does not wait for it."""
         assert self.frontend is not None
+        try:
+            two_pass_teacher(self.frontend, self.config.decode)
+        except ValueError as err:
+            return str(err)
+        return None
+
+    def stream(self, sample_rate: int, two_pass: bool | None = None) -> StreamingSession:
+        """A new session. ``two_pass`` (None: the bundle's decode.two_pass) is this session's
+        alone: it gets its own decode settings, the shared config is left as it is."""
+        assert self.frontend is not None
+        config = self.config
+        if two_pass is not None and two_pass != config.decode.two_pass:
+            decode = replace(config.decode, two_pass=two_pass)
+            config = replace(config, decode=decode)
         return StreamingSession(
-            self.model, self.tokenizer, self.config, sample_rate, self.frontend, self.lm
+            self.model, self.tokenizer, config, sample_rate, self.frontend, self.lm
         )
 
     def transcribe_segments(

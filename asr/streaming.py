@@ -18,15 +18,29 @@ import numpy as np
 import torch
 
 from asr.audio import StreamResampler, check_sample_rate, check_samples
-from asr.config import Config
+from asr.config import Config, DecodeConfig
 from asr.decoding import Segment, SegmentSearch, decode_batch
 from asr.events import Event
 from asr.frontend import Frontend, frames_of_many
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
+from asr.whisper_encoder import WhisperEncoder
 
 _MKLDNN_SWITCH = threading.Lock()
+TWO_PASS_MAX_SEGMENT_S = 30.0  # Whisper's positions end at 30 s
+
+
+def two_pass_teacher(frontend: Frontend, decode: DecodeConfig) -> WhisperEncoder:
+    """The full-attention encoder that two-pass finals read (loaded on first use); a ValueError
+    naming what is missing or which setting stops them."""
+    teacher = frontend.full_attention()
+    if decode.max_segment_s > TWO_PASS_MAX_SEGMENT_S:
+        raise ValueError(
+            f"two-pass finals cover at most {TWO_PASS_MAX_SEGMENT_S:g} s: "
+            f"set decode.max_segment_s <= {TWO_PASS_MAX_SEGMENT_S:g}"
+        )
+    return teacher
 
 
 @contextmanager
@@ -132,9 +146,8 @@ class StreamingSession:
         self.sample_rate = check_sample_rate(sample_rate)
         self._resampler = StreamResampler(self.sample_rate, frontend.sample_rate)
         self._frames = frontend.stream()
-        self._teacher = frontend.full_attention() if config.decode.two_pass else None
-        if self._teacher is not None and config.decode.max_segment_s > 30:
-            raise ValueError("two-pass finals cover at most 30 s: set decode.max_segment_s <= 30")
+        decode = config.decode
+        self._teacher = two_pass_teacher(frontend, decode) if decode.two_pass else None
         if self._teacher is not None:
             self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)

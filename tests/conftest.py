@@ -142,6 +142,47 @@ def tiny_bundle(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> P
     return build_bundle(tmp_path_factory.mktemp("bundle") / "tiny", speech_dir)
 
 
+WHISPER_OVERRIDES = [
+    "model.frontend=whisper",
+    f"model.whisper.encoder={REPO / 'models' / 'whisper-base'}",  # the masked teacher
+    "model.whisper.chunk=8",
+    "model.whisper.left_context=100",
+    "model.encoder.reductions=[2,1]",  # 40 ms states over Whisper's 20 ms
+]
+
+
+@pytest.fixture(scope="session")
+def whisper_bundle(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
+    """A tiny bundle on the Whisper front end (the masked teacher streams), one-pass finals."""
+    root = tmp_path_factory.mktemp("whisper")
+    return build_bundle(root / "w", speech_dir, overrides=WHISPER_OVERRIDES)
+
+
+def with_two_pass(bundle: Path, out: Path, overrides: list[str] | None = None) -> Path:
+    """``bundle`` (a Whisper front end) saved again with two-pass finals on, so that it carries
+    the full-attention teacher (``whisper_teacher.safetensors``) as well."""
+    from asr.bundle import load_model
+
+    teacher = f"model.whisper.teacher={REPO / 'models' / 'whisper-base'}"
+    config = Config.load(
+        bundle / "config.json", [teacher, "decode.two_pass=true", *(overrides or [])]
+    )
+    return save_bundle(
+        out,
+        config,
+        load_model(bundle).model,
+        bundle / "tokenizer.model",
+        CMVN.load(bundle / "cmvn.json"),
+        "# two-pass test bundle\n",
+    )
+
+
+@pytest.fixture(scope="session")
+def two_pass_bundle(tmp_path_factory: pytest.TempPathFactory, whisper_bundle: Path) -> Path:
+    """``whisper_bundle`` with two-pass finals by default (and the teacher they need)."""
+    return with_two_pass(whisper_bundle, tmp_path_factory.mktemp("two-pass") / "tp")
+
+
 def load_speech(path: Path) -> tuple[np.ndarray, int]:
     return read_audio(path)
 

@@ -14,21 +14,8 @@ from asr.bundle import load_model
 from asr.frontend import BUNDLE_ENCODER_FILE
 from asr.recognizer import Recognizer
 from asr.streaming import step_sessions
-from tests.conftest import REPO, build_bundle
+from tests.conftest import with_two_pass
 from tests.test_streaming import chunk_sizes, finals, long_stream, stream
-
-OVERRIDES = [
-    "model.frontend=whisper",
-    f"model.whisper.encoder={REPO / 'models' / 'whisper-base'}",  # the masked teacher
-    "model.whisper.chunk=8",
-    "model.whisper.left_context=100",
-    "model.encoder.reductions=[2,1]",  # 40 ms states over Whisper's 20 ms
-]
-
-
-@pytest.fixture(scope="module")
-def whisper_bundle(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
-    return build_bundle(tmp_path_factory.mktemp("whisper") / "w", speech_dir, overrides=OVERRIDES)
 
 
 @pytest.fixture(scope="module")
@@ -134,31 +121,18 @@ def test_two_pass_finals_come_from_the_teacher_over_each_segment(
     import torch
 
     from asr.audio import resample
-    from asr.bundle import save_bundle
     from asr.config import Config
     from asr.decoding import decode_batch
-    from asr.features import CMVN
     from asr.whisper_features import log_mel
 
-    teacher = f"model.whisper.teacher={REPO / 'models' / 'whisper-base'}"
     one_segment = [
         "decode.endpoint_on_eos=false",
         "decode.max_segment_s=30",
         "decode.max_tokens=500",
     ]
-    config = Config.load(
-        whisper_bundle / "config.json", [teacher, "decode.two_pass=true", *one_segment]
-    )
-    first = load_model(whisper_bundle)
-    directory = save_bundle(
-        tmp_path / "two-pass",
-        config,
-        first.model,
-        whisper_bundle / "tokenizer.model",
-        CMVN.load(whisper_bundle / "cmvn.json"),
-        "# two-pass test bundle\n",
-    )
+    directory = with_two_pass(whisper_bundle, tmp_path / "two-pass", one_segment)
     assert (directory / "whisper_teacher.safetensors").is_file()
+    config = Config.load(directory / "config.json")
     recognizer = load_model(directory)
     assert recognizer.frontend is not None
     differs = 0
@@ -186,3 +160,39 @@ def test_two_pass_finals_come_from_the_teacher_over_each_segment(
     plain = load_model(whisper_bundle)  # saved without two-pass finals: no teacher inside
     with pytest.raises(ValueError, match="full-attention Whisper encoder"):
         plain.set_search(two_pass=True)
+
+
+def test_two_pass_is_chosen_per_session(
+    two_pass_bundle: Path,
+    whisper_bundle: Path,
+    tiny_bundle: Path,
+    utterances: list[tuple[np.ndarray, int]],
+) -> None:
+    """Sessions of one recognizer each choose two-pass finals or not, stepped in one batch as
+    the server runs them, and get what the recognizer set that way gives; the shared config
+    is left alone. A model that cannot give them says why before any session exists."""
+    recognizer = load_model(two_pass_bundle)
+    assert recognizer.two_pass_problem() is None
+    samples, rate = utterances[0]
+    expected = {}
+    for two_pass in (True, False):
+        recognizer.set_search(two_pass=two_pass)
+        expected[two_pass] = finals(recognizer.transcribe_segments(samples, rate))
+    assert expected[True] != expected[False]
+    recognizer.set_search(two_pass=True)
+    choices = [True, False, None]  # None: the bundle's two-pass finals
+    sessions = [recognizer.stream(rate, two_pass) for two_pass in choices]
+    assert recognizer.config.decode.two_pass is True
+    events: list[list] = [[] for _ in sessions]
+    for start in range(0, len(samples), 3200):
+        for k, outcome in enumerate(step_sessions(sessions, [samples[start : start + 3200]] * 3)):
+            assert not isinstance(outcome, Exception)
+            events[k] += outcome
+    for k, outcome in enumerate(step_sessions(sessions, [None] * 3)):
+        assert not isinstance(outcome, Exception)
+        events[k] += outcome
+    assert [finals(e) for e in events] == [expected[True], expected[False], expected[True]]
+    recognizer.config.decode.max_segment_s = 60  # past Whisper's 30 s of positions
+    assert "max_segment_s <= 30" in (recognizer.two_pass_problem() or "")
+    assert "full-attention Whisper encoder" in (load_model(whisper_bundle).two_pass_problem() or "")
+    assert "fbank front end" in (load_model(tiny_bundle).two_pass_problem() or "")
