@@ -90,6 +90,7 @@ def create_app(settings: Settings) -> FastAPI:
             "model": str(settings.model),
             "processes": len(state.lanes),
             "live_processes": state.live_lanes,
+            "two_pass": state.two_pass,
             "error": state.load_error,
         }
         return JSONResponse(body, status_code=200 if state.ready else 503)

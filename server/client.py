@@ -78,12 +78,16 @@ async def stream(
     encoding: str = "f32le",
     token: str | None = None,
     on_result: Callable[[Result], None] | None = None,
+    two_pass: bool | None = None,
 ) -> Transcript:
-    """Run one session: start, send ``frames`` while reading results, stop, wait for end."""
+    """Run one session: start, send ``frames`` while reading results, stop, wait for end.
+    ``two_pass`` asks for two-pass finals or for none (None: the server's model decides)."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
     transcript = Transcript(sample_rate)
+    start = Start(sample_rate=sample_rate, encoding=encoding, two_pass=two_pass)
     async with connect(url, additional_headers=headers, max_size=None) as ws:
-        await ws.send(Start(sample_rate=sample_rate, encoding=encoding).model_dump_json())
+        # unset fields stay out of the frame: a server that predates them still accepts it
+        await ws.send(start.model_dump_json(exclude_none=True))
         ready = _SERVER_MESSAGE.validate_json(await ws.recv())
         if not isinstance(ready, Ready):
             _raise_unexpected(ready)
@@ -217,6 +221,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frame-ms", type=float, default=100.0)
     parser.add_argument("--token", default=os.environ.get("ASR_API_KEY") or None)
     parser.add_argument(
+        "--two-pass",
+        action=argparse.BooleanOptionalAction,
+        help="ask for finals from the full-attention encoder over each segment, or "
+        "(--no-two-pass) for none (default: the server's model decides)",
+    )
+    parser.add_argument(
         "--format", choices=FORMATS, help="print the whole transcript in this format at the end"
     )
     parser.add_argument(
@@ -272,4 +282,6 @@ async def _main(args: argparse.Namespace, on_result: Callable[[Result], None] | 
     else:
         samples, rate = load_file(args.file)
         frames = file_frames(samples, rate, args.frame_ms, paced=not args.fast)
-    return await stream(args.url, frames, rate, token=args.token, on_result=on_result)
+    return await stream(
+        args.url, frames, rate, token=args.token, on_result=on_result, two_pass=args.two_pass
+    )

@@ -43,6 +43,20 @@ class LaneDied(RuntimeError):
     """The model process of a lane exited: the sessions it held are lost."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a session may ask of the lane's model, learnt once when the model loads, so a
+    request the model cannot serve is refused before any stream exists."""
+
+    two_pass_default: bool = False  # what a start frame without ``two_pass`` gets
+    two_pass_problem: str | None = "no model is loaded"  # why two_pass=true is refused
+
+    @property
+    def two_pass(self) -> bool:
+        """Whether a session may ask for two-pass finals."""
+        return self.two_pass_problem is None
+
+
 class Lane:
     """One model thread or process and its batching queue.
 
@@ -61,18 +75,20 @@ class Lane:
         )
         self.sessions = 0  # open streaming sessions
         self.live = False
+        self.capabilities = Capabilities()  # of the model last loaded
         self.died: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def load(self) -> None:
         raise NotImplementedError
 
-    def open(self, sample_rate: int) -> Any:
-        """A new stream (raises ValueError for an unsupported rate)."""
-        stream = self._new_stream(sample_rate)
+    def open(self, sample_rate: int, two_pass: bool | None = None) -> Any:
+        """A new stream (raises ValueError for an unsupported rate); ``two_pass`` (None: the
+        model's default) must be one ``capabilities`` allows."""
+        stream = self._new_stream(sample_rate, two_pass)
         self.sessions += 1
         return stream
 
-    def _new_stream(self, sample_rate: int) -> Any:
+    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> Any:
         raise NotImplementedError
 
     def close(self, stream: Any) -> None:
@@ -94,13 +110,13 @@ class LocalLane(Lane):
         self.recognizer: Any = None
 
     async def load(self) -> None:
-        self.recognizer = await self.worker.run(
+        self.recognizer, self.capabilities = await self.worker.run(
             _load, self.settings.model, self.settings.torch_threads, *self.settings.search
         )
         self.live = True
 
-    def _new_stream(self, sample_rate: int) -> Any:
-        return self.recognizer.stream(sample_rate)
+    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> Any:
+        return self.recognizer.stream(sample_rate, two_pass)
 
     async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
         return await self.worker.run(self.recognizer.transcribe_segments, samples, sample_rate)
@@ -108,11 +124,13 @@ class LocalLane(Lane):
 
 @dataclass(frozen=True)
 class RemoteStream:
-    """A session that lives in a model process: its id there, its sample rate, and which
-    of the lane's processes (``generation``) holds its state."""
+    """A session that lives in a model process: its id there, its sample rate and two-pass
+    choice (the process makes the stream on first use), and which of the lane's processes
+    (``generation``) holds its state."""
 
     sid: int
     sample_rate: int
+    two_pass: bool | None
     generation: int
 
 
@@ -192,7 +210,7 @@ class ProcessLane(Lane):
             child.close()
         self._conn, self._process = conn, process
         self._drops.clear()  # they belonged to the previous process
-        self._receive()  # the load's outcome
+        self.capabilities = self._receive()  # the load's outcome: what the model can do
 
     def _release(self) -> None:
         """Close the pipe and reap the process (killed if it does not stop within 5 s)."""
@@ -207,8 +225,9 @@ class ProcessLane(Lane):
         self._process.close()  # its sentinel's descriptor too
         self._process = self._conn = None
 
-    def _new_stream(self, sample_rate: int) -> RemoteStream:
-        return RemoteStream(next(self._ids), check_sample_rate(sample_rate), self.generation)
+    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> RemoteStream:
+        rate = check_sample_rate(sample_rate)
+        return RemoteStream(next(self._ids), rate, two_pass, self.generation)
 
     def close(self, stream: RemoteStream) -> None:
         if stream.generation == self.generation:
@@ -234,7 +253,9 @@ class ProcessLane(Lane):
         if not current:
             return
         drops = [self._drops.popleft() for _ in range(len(self._drops))]
-        items = [(s.stream.sid, s.stream.sample_rate, s.samples) for s in current]
+        items = [
+            (s.stream.sid, s.stream.sample_rate, s.stream.two_pass, s.samples) for s in current
+        ]
         for step, outcome in zip(current, self._call(("steps", (drops, items)))):
             deliver(step, outcome)
 
@@ -267,15 +288,16 @@ def make_lanes(settings: Settings, on_batch: Any) -> list[Lane]:
 def serve_sessions(
     conn: Connection, model: str, threads: int, beam: int | None, lm_weight: float | None
 ) -> None:
-    """A model process's loop: load the model, then answer batches until told to stop."""
+    """A model process's loop: load the model, say what it can do (which also says it is
+    ready), then answer batches until told to stop."""
     from asr.streaming import step_sessions as run_sessions
 
     try:
-        recognizer = _load(model, threads, beam, lm_weight)
+        recognizer, capabilities = _load(model, threads, beam, lm_weight)
     except Exception as err:
         conn.send(RuntimeError(f"cannot load model {model}: {err}"))
         return
-    conn.send(None)  # ready
+    conn.send(capabilities)
     sessions: dict[int, Any] = {}
     while True:
         try:
@@ -294,12 +316,12 @@ def serve_sessions(
         drops, items = payload
         for sid in drops:
             sessions.pop(sid, None)
-        for sid, rate, _ in items:
-            if sid not in sessions:
-                sessions[sid] = recognizer.stream(rate)  # the rate was checked on open
-        streams = [sessions[sid] for sid, _, _ in items]
-        outcomes = run_sessions(streams, [samples for _, _, samples in items])
-        for (sid, _, _), stream in zip(items, streams):
+        for sid, rate, two_pass, _ in items:
+            if sid not in sessions:  # the rate and two_pass were checked on open
+                sessions[sid] = recognizer.stream(rate, two_pass)
+        streams = [sessions[sid] for sid, _, _, _ in items]
+        outcomes = run_sessions(streams, [samples for _, _, _, samples in items])
+        for (sid, _, _, _), stream in zip(items, streams):
             if stream.finished:
                 sessions.pop(sid, None)
         conn.send([_portable(o) if isinstance(o, Exception) else o for o in outcomes])
@@ -310,7 +332,11 @@ def _portable(err: Exception) -> Exception:
     return ValueError(str(err)) if isinstance(err, ValueError) else RuntimeError(repr(err))
 
 
-def _load(path: str | Path, threads: int, beam: int | None, lm_weight: float | None) -> Any:
+def _load(
+    path: str | Path, threads: int, beam: int | None, lm_weight: float | None
+) -> tuple[Any, Capabilities]:
+    """The recognizer and what its sessions may ask of it (asking loads the teacher of a
+    two-pass bundle here, off the event loop, rather than in the first session that wants it)."""
     import torch
 
     from asr import load_model
@@ -318,4 +344,5 @@ def _load(path: str | Path, threads: int, beam: int | None, lm_weight: float | N
     torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
     recognizer = load_model(path)
     recognizer.set_search(beam, lm_weight)
-    return recognizer
+    capabilities = Capabilities(recognizer.config.decode.two_pass, recognizer.two_pass_problem())
+    return recognizer, capabilities

@@ -1,6 +1,7 @@
 """The /v1/stream wire protocol: typed JSON control frames, binary audio frames.
 
-Client -> server: ``start`` (sample rate, encoding), binary audio, ``stop``.
+Client -> server: ``start`` (sample rate, encoding, two-pass finals or not), binary audio,
+``stop``.
 Server -> client: ``ready``, ``partial``/``final`` results, ``end``, ``error``.
 A message is dispatched on its ``type`` field and validated against its model;
 nothing is ever recognised by looking for substrings.
@@ -34,6 +35,7 @@ class ErrorCode(str, Enum):
     ALREADY_STARTED = "already_started"
     UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     UNSUPPORTED_ENCODING = "unsupported_encoding"
+    UNSUPPORTED_OPTION = "unsupported_option"
     INVALID_AUDIO = "invalid_audio"
     FRAME_TOO_LARGE = "frame_too_large"
     CONTROL_TOO_LARGE = "control_too_large"
@@ -68,6 +70,7 @@ CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.ALREADY_STARTED: CloseCode.UNSUPPORTED_DATA,
     ErrorCode.UNSUPPORTED_SAMPLE_RATE: CloseCode.UNSUPPORTED_DATA,
     ErrorCode.UNSUPPORTED_ENCODING: CloseCode.UNSUPPORTED_DATA,
+    ErrorCode.UNSUPPORTED_OPTION: CloseCode.UNSUPPORTED_DATA,
     ErrorCode.INVALID_AUDIO: CloseCode.INVALID_PAYLOAD,
     ErrorCode.FRAME_TOO_LARGE: CloseCode.TOO_BIG,
     ErrorCode.CONTROL_TOO_LARGE: CloseCode.TOO_BIG,
@@ -111,6 +114,9 @@ class Start(_Message):
     type: Literal["start"] = "start"
     sample_rate: int = Field(ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE)
     encoding: Encoding = "pcm_s16le"
+    # finals recomputed by the full-attention encoder over each segment; None: the model's
+    # default. A model that cannot serve true refuses the session (unsupported_option).
+    two_pass: bool | None = None
 
 
 class Stop(_Message):

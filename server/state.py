@@ -71,6 +71,15 @@ class ServerState:
     def ready(self) -> bool:
         return self.loaded and not self.closing.is_set() and self.live_lanes > 0
 
+    @property
+    def two_pass(self) -> dict[str, bool] | None:
+        """What /readyz says of two-pass finals: whether a session may ask for them and what
+        one that does not ask gets (None while no model process is live)."""
+        live = [lane.capabilities for lane in self.lanes if lane.live]
+        if not live:
+            return None
+        return {"available": live[0].two_pass, "default": live[0].two_pass_default}
+
     def least_busy(self) -> Lane:
         """The lane for a new session or upload: the live one with the fewest open sessions."""
         live = [lane for lane in self.lanes if lane.live]

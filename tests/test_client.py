@@ -100,6 +100,20 @@ def test_client_reports_server_errors(server, tmp_path):
     assert "unauthorized" in done.stderr
 
 
+def test_client_two_pass_flags(server, tiny_bundle, tmp_path):
+    """--two-pass and --no-two-pass travel in the start frame: the fbank test model refuses
+    the first (it has no two-pass finals) and streams as usual with the second."""
+    samples = speechlike(1.0, 16000, seed=13)
+    wav = write_wav(tmp_path / "speech.wav", samples, 16000)
+    url = server.url("/v1/stream", "ws")
+    done = asr_stream(str(wav), "--url", url, "--fast", "--two-pass")
+    assert done.returncode == 1
+    assert "server error unsupported_option: two_pass:" in done.stderr
+    done = asr_stream(str(wav), "--url", url, "--fast", "--no-two-pass")
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.splitlines()) == offline_text(tiny_bundle, samples, 16000)
+
+
 def test_client_unreachable_server(tmp_path):
     wav = write_wav(tmp_path / "speech.wav", speechlike(0.5), 16000)
     done = asr_stream(str(wav), "--url", "ws://127.0.0.1:9/v1/stream", "--fast")

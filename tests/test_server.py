@@ -93,8 +93,8 @@ async def exchange(url: str, frames: list[str | bytes], headers: dict | None = N
     return messages, ws.close_code
 
 
-def start(rate: int = 16000, encoding: str = "pcm_s16le") -> str:
-    return json.dumps({"type": "start", "sample_rate": rate, "encoding": encoding})
+def start(rate: int = 16000, encoding: str = "pcm_s16le", **options: object) -> str:
+    return json.dumps({"type": "start", "sample_rate": rate, "encoding": encoding, **options})
 
 
 # --- streamed == offline ------------------------------------------------------
@@ -203,6 +203,11 @@ FAULTS = {
     "stop_before_start": Fault(['{"type": "stop"}'], "invalid_message", 1007),
     "unsupported_rate": Fault([start(96000)], "unsupported_sample_rate", 1003),
     "unsupported_encoding": Fault([start(16000, "mp3")], "unsupported_encoding", 1003),
+    "string_two_pass": Fault([start(two_pass="true")], "invalid_message", 1007),
+    "integer_two_pass": Fault([start(two_pass=1)], "invalid_message", 1007),
+    "two_pass_without_teacher": Fault(
+        [start(two_pass=True), s16le(AUDIO)], "unsupported_option", 1003
+    ),
     "odd_byte_count": Fault([start(), b"\x00\x00\x00"], "invalid_audio", 1007),
     "non_finite_f32": Fault([start(16000, "f32le"), NAN_F32], "invalid_audio", 1007),
     "oversized_frame": Fault([start(), bytes(MAX_FRAME + 2)], "frame_too_large", 1009),
@@ -661,6 +666,20 @@ def test_http_unknown_format_is_a_typed_error(server, endpoint):
     assert "'docx'" in error["message"] and "txt, json, srt, vtt" in error["message"]
 
 
+@pytest.mark.parametrize("lanes", ["server", "limited"])
+def test_fbank_model_serves_two_pass_only_off(request, tiny_bundle, lanes):
+    """Both lane kinds know from the model's load that an fbank model has no two-pass finals:
+    asking for them is refused before any audio is taken; asking for none is a usual stream."""
+    live = request.getfixturevalue(lanes)
+    messages, close = asyncio.run(exchange(ws_url(live), [start(two_pass=True), s16le(AUDIO)]))
+    assert [m["type"] for m in messages] == ["error"] and close == 1003
+    assert messages[0]["code"] == "unsupported_option"
+    assert "full-attention Whisper encoder" in messages[0]["message"]
+    transcript = asyncio.run(stream_samples(live, AUDIO, 16000, two_pass=False))
+    assert transcript.text == offline_text(tiny_bundle, AUDIO, 16000)
+    assert live.get_json("/readyz")[1]["two_pass"] == {"available": False, "default": False}
+
+
 # --- health, schemas, metrics -------------------------------------------------
 
 
@@ -681,9 +700,12 @@ def test_health_and_schemas(server):
     assert schemas["close_codes"]["too_many_sessions"] == 1013
     assert schemas["close_codes"]["control_too_large"] == 1009
     assert schemas["close_codes"]["client_too_slow"] == 1008
+    assert schemas["close_codes"]["unsupported_option"] == 1003
     error_codes = schemas["server"]["$defs"]["ErrorCode"]["enum"]
     assert set(error_codes) == set(schemas["close_codes"])
-    assert schemas["client"]["$defs"]["Start"]["properties"]["sample_rate"]["type"] == "integer"
+    start = schemas["client"]["$defs"]["Start"]["properties"]
+    assert start["sample_rate"]["type"] == "integer"
+    assert {"type": "boolean"} in start["two_pass"]["anyOf"]
     assert schemas["limits"]["max_control_bytes"] == server.settings.max_control_bytes
     assert schemas["limits"]["max_control_depth"] == 16
     assert (ready["processes"], ready["live_processes"]) == (server.settings.workers,) * 2

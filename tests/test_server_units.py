@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import numpy as np
@@ -57,6 +58,9 @@ LIMIT = 4096  # control frame bytes, as the server's default
         ),
         ('{"type": "start"}', ErrorCode.INVALID_MESSAGE),
         ('{"type": "start", "sample_rate": 16000, "rate": 1}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": 16000, "two_pass": "true"}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": 16000, "two_pass": 1}', ErrorCode.INVALID_MESSAGE),
+        ('{"type": "start", "sample_rate": 16000, "two_pass": 0}', ErrorCode.INVALID_MESSAGE),
     ],
 )
 def test_bad_client_messages_get_typed_codes(text, code):
@@ -71,6 +75,10 @@ def test_client_messages_dispatch_on_type():
         '{"type": "start", "sample_rate": 8000, "encoding": "f32le"}', LIMIT
     )
     assert start == Start(sample_rate=8000, encoding="f32le")
+    assert start.two_pass is None  # the model's default
+    for value in (True, False):
+        text = json.dumps({"type": "start", "sample_rate": 16000, "two_pass": value})
+        assert parse_client_message(text, LIMIT).two_pass is value
     assert parse_client_message('{"type": "stop"}', LIMIT) == Stop()
 
 
