@@ -344,5 +344,7 @@ def _load(
     torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
     recognizer = load_model(path)
     recognizer.set_search(beam, lm_weight)
-    capabilities = Capabilities(recognizer.config.decode.two_pass, recognizer.two_pass_problem())
-    return recognizer, capabilities
+    problem = recognizer.two_pass_problem()
+    if recognizer.config.decode.two_pass and problem is not None:
+        raise ValueError(f"the bundle asks for two-pass finals, but {problem}")
+    return recognizer, Capabilities(recognizer.config.decode.two_pass, problem)

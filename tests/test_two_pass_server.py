@@ -5,6 +5,7 @@ transcription gives with the same choice, whatever the sessions next to it asked
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from asr.audio import read_audio
 from asr.bundle import load_model
 from server.client import file_frames, stream
+from server.lanes import _load
 from server.live import LiveServer
 from server.protocol import Result
 from server.settings import Settings
@@ -64,3 +66,14 @@ def test_each_session_gets_the_finals_it_asks_for(
     assert [t.segments for t in transcripts] == [expected[True], expected[False], expected[True]]
     status, ready = live.get_json("/readyz")
     assert status == 200 and ready["two_pass"] == {"available": True, "default": True}
+
+
+def test_a_two_pass_bundle_without_its_teacher_does_not_load(
+    two_pass_bundle: Path, tmp_path: Path
+) -> None:
+    """A model process would die on its first session; it is refused at load instead."""
+    broken = tmp_path / "bundle"
+    shutil.copytree(two_pass_bundle, broken)
+    (broken / "whisper_teacher.safetensors").unlink()
+    with pytest.raises(ValueError, match="the bundle asks for two-pass finals, but .*teacher"):
+        _load(broken, 1, None, None)
