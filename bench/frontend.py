@@ -23,6 +23,7 @@ under --work, so an interrupted run resumes where it stopped.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -101,10 +102,10 @@ class Variant:
         if self.kind == "fbank":
             return self.fbank.compute(samples)
         assert self.encoder is not None
-        if self.streaming is None:
-            return self.encoder(torch.from_numpy(log_mel(samples, WhisperConfig().floor))[None])[0][
-                0
-            ].numpy()
+        if self.streaming is None:  # Whisper's own way with long audio: 30 s windows
+            mel = torch.from_numpy(log_mel(samples, WhisperConfig().floor))
+            windows = torch.split(mel, 2 * self.encoder.dims.n_ctx)
+            return torch.cat([self.encoder(w[None])[0][0] for w in windows]).numpy()
         mel, stream = (
             StreamingWhisperMel(WhisperConfig().floor),
             self.encoder.stream(self.streaming),
@@ -198,17 +199,19 @@ def probe_cer(probe: Probe, feats: list[torch.Tensor], texts: list[str]) -> floa
 
 
 def probe_scores(
-    variant: Variant, train: list, tests: dict[str, list], epochs: int, work: Path
+    variant: Variant, train: list, setting: str, tests: dict[str, list], epochs: int, work: Path
 ) -> dict[str, float]:
-    """Train the probe on the variant's frames of ``train``; its CER on each test set.
+    """Train the probe on the variant's frames of ``train`` (described by ``setting``); its CER
+    on each test set.
 
-    Frames are kept under ``work`` per variant and set (float16), so a rerun after an
-    interruption computes only what is missing."""
+    Frames (float16) and the trained probe are kept under ``work`` per variant, so a rerun
+    after an interruption, or with another test set, computes only what is missing."""
     torch.set_num_threads(2)
     slug = variant.spec.replace("/", "_").replace(":", "-")
+    seconds = 0.01 if variant.kind == "fbank" else 0.02
 
     def frames(name: str, entries: list) -> list[torch.Tensor]:
-        path = work / slug / f"{name}-{len(entries)}.npz"
+        path = work / slug / f"{name.replace('/', '_')}-{len(entries)}.npz"
         if path.exists():
             with np.load(path) as saved:
                 return [
@@ -224,13 +227,27 @@ def probe_scores(
         partial.replace(path)
         return [torch.from_numpy(f) for f in out]
 
-    seconds = 0.01 if variant.kind == "fbank" else 0.02
-    probe, losses = train_probe(frames("train", train), [e.text for e in train], seconds, epochs)
-    print(f"{variant.spec}: probe CTC loss per epoch {[round(x, 3) for x in losses]}", flush=True)
+    digest = hashlib.sha1(setting.encode()).hexdigest()[:12]
+    probe_path = work / slug / f"probe-{digest}.pt"
+    if probe_path.exists():
+        probe = Probe(frontend_width(variant))
+        probe.load_state_dict(torch.load(probe_path, weights_only=True))
+        probe.eval()
+    else:
+        probe, losses = train_probe(
+            frames("train", train), [e.text for e in train], seconds, epochs
+        )
+        print(f"{variant.spec}: probe CTC loss per epoch {[round(x, 3) for x in losses]}")
+        torch.save(probe.state_dict(), probe_path)
     return {
         name: probe_cer(probe, frames(name, entries), [e.text for e in entries])
         for name, entries in tests.items()
     }
+
+
+def frontend_width(variant: Variant) -> int:
+    """The width of the variant's frames (the probe's input)."""
+    return 80 if variant.kind == "fbank" else variant.encoder.dims.d_model  # type: ignore[union-attr]
 
 
 def main() -> None:
@@ -272,26 +289,31 @@ def main() -> None:
                 break
             train.append(entry)
             hours += (entry.duration or 0.0) / 3600
-        tests = {p.stem: read_manifest(p)[0][: args.probe_test_limit] for p in args.probe_test}
+        tests = {str(p): read_manifest(p)[0][: args.probe_test_limit] for p in args.probe_test}
         done_path = args.work / "scores.json"
         done = json.loads(done_path.read_text()) if done_path.exists() else {}
-        setting = f"{args.probe_train}:{args.probe_hours}h:{args.probe_epochs}ep:" + ",".join(
-            f"{p}[:{args.probe_test_limit}]" for p in args.probe_test
-        )
+        setting = f"{args.probe_train}:{args.probe_hours}h:{args.probe_epochs}ep"
         for spec in args.variants:
-            key = f"{spec} @ {setting}"
-            if key not in done:
-                done[key] = probe_scores(floats[spec], train, tests, args.probe_epochs, args.work)
+            keys = {
+                name: f"{spec} @ {setting} @ {name}[:{args.probe_test_limit}]" for name in tests
+            }
+            missing = {name: tests[name] for name, key in keys.items() if key not in done}
+            if missing:
+                found = probe_scores(
+                    floats[spec], train, setting, missing, args.probe_epochs, args.work
+                )
+                done.update({keys[name]: cer_ for name, cer_ in found.items()})
                 args.work.mkdir(parents=True, exist_ok=True)
                 done_path.write_text(json.dumps(done, indent=1))
-            cers[spec] = done[key]
+            cers[spec] = {name: done[key] for name, key in keys.items()}
             print(f"{spec}: probe CER {cers[spec]}", flush=True)
-    names = [p.stem for p in args.probe_test]
+    names = [str(p) for p in args.probe_test]
     print(
         f"\n{sum(len(a) for a in audio) / SAMPLE_RATE:.0f} s of audio, one thread, median of {args.repeats}"
     )
     print(
-        "| variant | latency (ms) | RTF float | RTF int8 |" + "".join(f" CER {n} |" for n in names)
+        "| variant | latency (ms) | RTF float | RTF int8 |"
+        + "".join(f" CER {Path(n).parent.name}/{Path(n).stem} |" for n in names)
     )
     print("|---|---|---|---|" + "---|" * len(names))
     for spec in args.variants:

