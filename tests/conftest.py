@@ -6,6 +6,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import types
 import zipfile
 from collections.abc import Iterator
@@ -29,9 +30,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def load_bench(name: str) -> types.ModuleType:
     """bench/<name>.py as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
