@@ -50,8 +50,8 @@ class Recording:
         self._received: dict[int, list[np.ndarray]] = {}
         open_stream, accept = lane.open, lane.worker.accept
 
-        def recorded_open(sample_rate: int):
-            stream = open_stream(sample_rate)
+        def recorded_open(sample_rate: int, two_pass: bool | None = None):
+            stream = open_stream(sample_rate, two_pass)
             self.streams.append((sample_rate, self._received.setdefault(id(stream), [])))
             return stream
 
