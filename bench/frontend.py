@@ -230,8 +230,9 @@ def probe_scores(
     digest = hashlib.sha1(setting.encode()).hexdigest()[:12]
     probe_path = work / slug / f"probe-{digest}.pt"
     if probe_path.exists():
-        probe = Probe(frontend_width(variant))
-        probe.load_state_dict(torch.load(probe_path, weights_only=True))
+        state = torch.load(probe_path, weights_only=True)
+        probe = Probe(state["norm.weight"].shape[0])  # the frames' width, as it was trained
+        probe.load_state_dict(state)
         probe.eval()
     else:
         probe, losses = train_probe(
@@ -243,11 +244,6 @@ def probe_scores(
         name: probe_cer(probe, frames(name, entries), [e.text for e in entries])
         for name, entries in tests.items()
     }
-
-
-def frontend_width(variant: Variant) -> int:
-    """The width of the variant's frames (the probe's input)."""
-    return 80 if variant.kind == "fbank" else variant.encoder.dims.d_model  # type: ignore[union-attr]
 
 
 def main() -> None:
