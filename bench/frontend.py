@@ -102,10 +102,12 @@ class Variant:
         if self.kind == "fbank":
             return self.fbank.compute(samples)
         assert self.encoder is not None
+        mel = torch.from_numpy(log_mel(samples, WhisperConfig().floor))
         if self.streaming is None:  # Whisper's own way with long audio: 30 s windows
-            mel = torch.from_numpy(log_mel(samples, WhisperConfig().floor))
             windows = torch.split(mel, 2 * self.encoder.dims.n_ctx)
             return torch.cat([self.encoder(w[None])[0][0] for w in windows]).numpy()
+        if len(mel) <= 2 * self.encoder.dims.n_ctx:  # masked batch pass: the stream's states
+            return self.encoder(mel[None], streaming=self.streaming)[0][0].numpy()
         mel, stream = (
             StreamingWhisperMel(WhisperConfig().floor),
             self.encoder.stream(self.streaming),
