@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -119,7 +120,9 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/v1/transcribe", response_model=Transcription, responses=_TEXT_RESPONSES)
     async def transcribe(
         request: Request,
-        sample_rate: int | None = None,
+        # a string, parsed by _decode_raw as strictly as a start frame's integer: FastAPI's
+        # own int would take "16000.0" and answer "abc" with an untyped 422
+        sample_rate: str | None = Query(None, description="raw PCM only: Hz, an integer"),
         encoding: str = "pcm_s16le",
         output: str = Query("json", alias="format"),
     ) -> Transcription | Response:
@@ -218,12 +221,19 @@ def _read_audio_bytes(data: bytes, suffix: str) -> tuple[np.ndarray, int]:
         return read_audio(tmp.name)
 
 
-def _decode_raw(body: bytes, sample_rate: int | None, encoding: str) -> tuple[np.ndarray, int]:
-    """Raw PCM needs its rate and encoding declared, with the same rules as a stream's start."""
+def _decode_raw(body: bytes, sample_rate: str | None, encoding: str) -> tuple[np.ndarray, int]:
+    """Raw PCM needs its rate and encoding declared, with the same rules as a stream's start
+    (the rate written as an integer: not ``16000.0``)."""
     if sample_rate is None:
         raise HTTPFault(400, "invalid_message", "raw PCM needs ?sample_rate= (and &encoding=)")
+    if not re.fullmatch(r"[0-9]{1,18}", sample_rate):
+        raise HTTPFault(
+            400, "invalid_message", f"sample_rate must be an integer, got {sample_rate!r}"
+        )
     try:
-        start = validate(Start, {"type": "start", "sample_rate": sample_rate, "encoding": encoding})
+        start = validate(
+            Start, {"type": "start", "sample_rate": int(sample_rate), "encoding": encoding}
+        )
     except ProtocolError as err:
         raise HTTPFault(400, err.code.value, err.message) from None
     try:

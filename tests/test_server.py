@@ -584,6 +584,10 @@ def test_http_transcribe_raw_pcm(server, tiny_bundle, encoding):
             400,
             "unsupported_encoding",
         ),
+        # the rate is an integer, as in a start frame: no float, no text, no untyped 422
+        ("/v1/transcribe?sample_rate=16000.0", b"\x00\x00", RAW | AUTH, 400, "invalid_message"),
+        ("/v1/transcribe?sample_rate=abc", b"\x00\x00", RAW | AUTH, 400, "invalid_message"),
+        ("/v1/transcribe?sample_rate=%2B16000", b"\x00\x00", RAW | AUTH, 400, "invalid_message"),
         ("/v1/transcribe?sample_rate=16000", b"\x00\x00\x00", RAW | AUTH, 400, "invalid_audio"),
         ("/v1/transcribe?sample_rate=16000", b"\x00\x00", RAW, 401, "unauthorized"),
         (

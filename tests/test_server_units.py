@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,9 @@ import pytest
 from asr.events import Event
 from server.batching import BatchWorker
 from server.protocol import (
+    CLOSE_CODES,
     MAX_CONTROL_DEPTH,
+    CloseCode,
     ErrorCode,
     ProtocolError,
     Result,
@@ -20,6 +24,7 @@ from server.protocol import (
     Stop,
     json_depth,
     parse_client_message,
+    schemas,
 )
 from server.settings import Settings
 from server.supervision import restart_delay
@@ -127,6 +132,34 @@ def test_deep_and_long_control_frames_are_refused_before_parsing():
 def test_restart_delay_doubles_up_to_its_cap():
     delays = [restart_delay(n, 1.0, 60.0) for n in range(9)]
     assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+
+
+def readme_close_table() -> dict[int, set[str]]:
+    """The README's "Errors and close codes" table: close code -> the error codes in its row
+    (an error code is a backquoted name; other backquoted words there are message types)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    lines = text[text.index("Errors and close codes") :].splitlines()[1:]
+    rows = [line for line in lines[: lines.index("", 2)] if re.match(r"\| \d{4} \|", line)]
+    names = {code.value for code in ErrorCode}
+    table = {}
+    for row in rows:
+        close, cell = row.strip("|").split("|", 1)
+        table[int(close)] = set(re.findall(r"`([a-z_]+)`", cell)) & names
+    return table
+
+
+def test_readme_and_schemas_list_every_error_code_with_its_close_code():
+    """Every typed error of the protocol is in the README's table, on its close code's row,
+    and every close code the server uses has a row; /v1/schemas serves the same mapping."""
+    table = readme_close_table()
+    used = {v for k, v in vars(CloseCode).items() if k.isupper()}
+    assert set(table) == used
+    listed = {(name, close) for close, names in table.items() for name in names}
+    assert listed == {(code.value, close) for code, close in CLOSE_CODES.items()}
+    assert set(CLOSE_CODES) == set(ErrorCode)
+    served = schemas()
+    assert served["close_codes"] == {code.value: close for code, close in CLOSE_CODES.items()}
+    assert set(served["server"]["$defs"]["ErrorCode"]["enum"]) == set(served["close_codes"])
 
 
 def test_result_carries_the_final_flag():
