@@ -28,7 +28,7 @@ BLEND = "af_alloy-5+bf_alice-5"
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    synth_corpus.check_setup({"kokoro": 1.0}, do_install=True, need_text=False)
+    synth_corpus.check_setup({"kokoro": 1.0}, do_install=True)
     return ENGINES["kokoro"]
 
 
@@ -92,7 +92,7 @@ def test_single_voice_and_blend_speak(engine: Engine) -> None:
 def test_tiny_corpus_takes_kokoro_voices(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(synth_corpus, "load_sentences", lambda: PAIRS[:6])
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: PAIRS[:6])
     argv = ["--out", str(tmp_path), "--engines", "kokoro", "--hours", "0"]
     assert synth_corpus.main([*argv, "--test-size", "1", "--dev-size", "1"]) == 0
     for split in synth_corpus.SPLITS[1:]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,8 +15,8 @@ import soundfile as sf
 
 from training.recipes import augment, synth_corpus
 from training.recipes.engines import Espeak
-from training.recipes.sources import clean_pairs
-from training.recipes.textnorm import is_clean, normalize
+from training.recipes.sources import TEXT_SOURCES, Sentence, clean_pairs
+from training.recipes.textnorm import cardinal, is_clean, normalize
 
 
 @pytest.mark.parametrize(
@@ -122,14 +124,16 @@ def test_plan_and_apply_are_reproducible() -> None:
 
 
 PAIRS = [
-    (f"Sentence number {w} is spoken here.", f"sentence number {w} is spoken here")
+    Sentence(
+        f"Sentence number {w} is spoken here.", f"sentence number {w} is spoken here", "fortune"
+    )
     for w in "one two three four five six seven eight nine ten eleven twelve".split()
 ]
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(synth_corpus, "load_sentences", lambda: PAIRS)
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: PAIRS)
     calls: list[int] = []
     original = Espeak.synthesize
 
@@ -149,6 +153,7 @@ def test_tiny_corpus_splits_and_resume(tmp_path: Path, monkeypatch: pytest.Monke
         for split in synth_corpus.SPLITS
     }
     assert [len(manifests[s]) for s in synth_corpus.SPLITS[1:]] == [3, 2, 2]
+    assert not (tmp_path / f"{synth_corpus.SHORT}.jsonl").exists(), "default text: no new split"
     for split, lines in manifests.items():
         for line in lines:
             assert set(synth_corpus.MANIFEST_KEYS) <= set(line)
@@ -179,7 +184,7 @@ def test_interrupted_corpus_has_manifests_of_what_is_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A corpus still being made (or killed) is usable as far as it got."""
-    monkeypatch.setattr(synth_corpus, "load_sentences", lambda: PAIRS)
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: PAIRS)
     monkeypatch.setattr(synth_corpus, "MANIFEST_EVERY_S", 0)
     original, calls = Espeak.synthesize, []
 
@@ -202,3 +207,143 @@ def test_interrupted_corpus_has_manifests_of_what_is_done(
     ]
     assert journal and sorted(listed) == sorted(record["audio"] for record in journal)
     assert all((tmp_path / audio).exists() for audio in listed)
+
+
+# Plan ids of PAIRS with these arguments, captured from the corpus code before --text
+# existed: a corpus with the default text must keep its plan bit for bit.
+PINNED_VOICES = {
+    "espeak": ["en-us+m1", "en-us+m4", "en-gb+f1", "en-gb+f2"],
+    "flite": ["kal16", "rms", "slt"],
+}
+PINNED_ARGS = ({"espeak": 0.6, "flite": 0.4}, 0.01, 2, 3, 7, 0.8, ["rir0.wav", "rir1.wav"])
+PINNED_IDS = [
+    "test_seen_voices-espeak-en-us+m1-0e88855df3ed",
+    "test_seen_voices-flite-slt-22a30bbf3176",
+    "test_unseen_voices-espeak-en-gb+f2-052645e24559",
+    "test_unseen_voices-flite-rms-4a8251479ea3",
+    "dev-espeak-en-gb+f1-5dde5f089f8f",
+    "dev-flite-kal16-5734537a514b",
+    "dev-espeak-en-us+m1-deb30945c3a5",
+    "train-espeak-en-gb+f1-7ca03707f880",
+    "train-flite-kal16-749b3cc8f712",
+    "train-espeak-en-gb+f1-943feb47d9fb",
+    "train-flite-slt-0df79b8c2d3b",
+    "train-espeak-en-us+m1-6bfb4a238aa4",
+    "train-flite-kal16-cd9e79b20395",
+    "train-espeak-en-gb+f1-bda1b219459a",
+    "train-espeak-en-gb+f1-ac54cb015003",
+    "train-flite-kal16-16bf7766b14a",
+    "train-espeak-en-gb+f1-6fbad2fbbe2b",
+]
+
+
+def test_default_text_plan_is_unchanged() -> None:
+    args = synth_corpus.build_parser().parse_args(["--out", "x"])
+    assert args.text == ["fortune", "wordnet"]
+    names, shares = synth_corpus.parse_text(args.text)
+    assert (names, shares) == (["fortune", "wordnet"], None)
+    short_size = args.test_size if synth_corpus.SHORT_SOURCE in names else 0
+    assert short_size == 0
+    plan = synth_corpus.plan_corpus(PAIRS, PINNED_VOICES, *PINNED_ARGS, shares, short_size)
+    assert [u.id for u in plan] == PINNED_IDS
+
+
+def test_parse_text() -> None:
+    parse = synth_corpus.parse_text
+    assert parse(["austen", "everyday"]) == (["austen", "everyday"], None)
+    assert parse(["fortune=1", "everyday=0.25"]) == (
+        ["fortune", "everyday"],
+        {"fortune": 1.0, "everyday": 0.25},
+    )
+    for bad in (["fortune", "everyday=0.2"], ["harvard"], ["austen=0"], ["austen", "austen"]):
+        with pytest.raises(SystemExit):
+            parse(bad)
+
+
+def number_words(n: int, start: int) -> list[str]:
+    """n distinct number names from `start` on ("one thousand", "one thousand one", ...)."""
+    return [cardinal(i) for i in range(start, start + n)]
+
+
+def short_and_long(n_long: int = 40, n_short: int = 60) -> list[Sentence]:
+    """Austen-like sentences, short everyday lines, and everyday lines of 4+ words (which are
+    sentences like any other source's)."""
+    long = [
+        Sentence(f"A long sentence {w} here.", f"a long sentence {w} here", "austen")
+        for w in number_words(n_long, 0)
+    ]
+    short = [Sentence(f"{w.capitalize()}.", w, "everyday") for w in number_words(n_short, 3000)]
+    longer = [
+        Sentence(f"Call {w} at noon.", f"call {w} at noon", "everyday")
+        for w in number_words(10, 7000)
+    ]
+    return long + short + longer
+
+
+def plan_text(pairs: list[Sentence], **options: Any) -> list[synth_corpus.Utterance]:
+    """A plan over two engines' voices: 4 per test split, 5 dev, what is left of 0.01 h train."""
+    defaults = {"hours": 0.01, "test_size": 4, "dev_size": 5, "seed": 3, "aug_prob": 0.8}
+    weights = {"espeak": 0.6, "flite": 0.4}
+    return synth_corpus.plan_corpus(pairs, PINNED_VOICES, weights, rirs=[], **(defaults | options))
+
+
+def test_test_short_holds_short_everyday_lines_never_in_train() -> None:
+    pairs = short_and_long()
+    plan = plan_text(pairs, short_size=4)
+    by_split: dict[str, list] = {}
+    for u in plan:
+        by_split.setdefault(u.split, []).append(u)
+    short = by_split[synth_corpus.SHORT]
+    assert len(short) == 4
+    source = {p.text: p for p in pairs}
+    for u in short:
+        assert source[u.text].source == "everyday" and 1 <= len(u.text.split()) <= 3
+        assert u.aug == [] and not synth_corpus.is_held_out(u.engine, u.voice)
+    train = {u.text for u in by_split["train"]}
+    assert not {u.text for u in short} & train
+    for split in ("test_seen_voices", "test_unseen_voices", "dev"):
+        assert all(not synth_corpus.is_short(source[u.text]) for u in by_split[split])
+    # the short lines not held out are train material
+    assert any(synth_corpus.is_short(source[t]) for t in train)
+    # and without short_size there is no test_short, whatever the text
+    assert synth_corpus.SHORT not in {u.split for u in plan_text(pairs)}
+
+
+def test_text_shares_divide_train_audio_time() -> None:
+    pairs = short_and_long(n_long=30, n_short=30)
+    plan = plan_text(pairs, hours=0.5, shares={"austen": 0.25, "everyday": 0.75})
+    seconds = {"austen": 0.0, "everyday": 0.0}
+    source = {p.text: p.source for p in pairs}
+    for u in plan:
+        if u.split == "train":
+            seconds[source[u.text]] += synth_corpus.estimate_seconds(u.text)
+    assert seconds["everyday"] / sum(seconds.values()) == pytest.approx(0.75, abs=0.01)
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_tiny_everyday_corpus(tmp_path: Path) -> None:
+    argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.01", "--text"]
+    argv += ["everyday", "--test-size", "6", "--dev-size", "3", "--seed", "5"]
+    assert synth_corpus.main(argv) == 0
+
+    def read(split: str) -> list[dict]:
+        return [json.loads(line) for line in (tmp_path / f"{split}.jsonl").open()]
+
+    short, train = read(synth_corpus.SHORT), read("train")
+    assert len(short) == 6 and len(read("test_seen_voices")) == 6
+    assert all(1 <= len(line["text"].split()) <= 3 and line["aug"] == [] for line in short)
+    assert not {line["text"] for line in short} & {line["text"] for line in train}
+    lm_text = set((tmp_path / synth_corpus.LM_TEXT).read_text().splitlines())
+    assert not {line["text"] for line in short} & lm_text
+    for line in short:
+        assert 0.2 < line["duration"] < 1.5 + synth_corpus.estimate_seconds(line["text"])
+
+
+def test_missing_text_source_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    absent = dataclasses.replace(TEXT_SOURCES["austen"], path=tmp_path / "absent")
+    monkeypatch.setitem(TEXT_SOURCES, "austen", absent)
+    with pytest.raises(SystemExit, match="--no-install-recommends r-cran-janeaustenr"):
+        synth_corpus.check_setup({}, do_install=False, text=["fortune", "austen", "everyday"])
+    assert TEXT_SOURCES["everyday"].missing() is None, "generated text needs nothing"

@@ -1,7 +1,8 @@
 """Build a synthetic English speech corpus from offline TTS engines, resumably.
 
     python -m training.recipes.synth_corpus --out DIR [--hours H] [--seed S] [--jobs N]
-        [--engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4 kokoro=0.4] [--install]
+        [--engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4 kokoro=0.4]
+        [--text fortune wordnet austen everyday] [--install]
 
 Writes 16 kHz mono 16-bit WAVs under DIR/wavs/<split>/<engine>/ and the manifests
 DIR/train.jsonl, DIR/dev.jsonl, DIR/test_seen_voices.jsonl and DIR/test_unseen_voices.jsonl.
@@ -11,12 +12,21 @@ unseen-voices test uses only voices in HELD_OUT, which train and dev never use. 
 voices, clean) is for validation and checkpoint choice, so the test splits stay untouched.
 DIR/lm_text.txt holds every train-split sentence, voiced or not, for `asr lm`.
 
+Text comes from the sources named by --text (training/recipes/sources.py): fortune and
+WordNet by default, Jane Austen's novels (austen) and generated everyday material
+(everyday: numbers read out, spelled letters, the NATO alphabet, commands, one- and
+two-word utterances; training/recipes/everyday.py) on request. `name=share` for every
+source gives each that share of the train audio time; without shares, train draws from all
+sentences alike. With everyday text, DIR/test_short.jsonl holds --test-size short everyday
+utterances (1-3 words; seen voices, clean) whose transcripts never occur in train; the
+other splits then hold only the longer sentences, and the short ones not held out are train.
+
 The plan (who says what, with which prosody and augmentation) is a pure function of the
-seed, the sentence sources, the engines and the hours, and utterance ids hash their
-content, so a rerun skips every utterance already in DIR/progress.jsonl with its WAV on
-disk. WAVs are written atomically; the journal is appended once per finished batch and
-the manifests are rewritten from it every few minutes and at the end, so an interrupted
-or still-running corpus is usable as far as it got.
+seed, the text sources, the engines and the hours, and utterance ids hash their content,
+so a rerun skips every utterance already in DIR/progress.jsonl with its WAV on disk. WAVs
+are written atomically; the journal is appended once per finished batch and the manifests
+are rewritten from it every few minutes and at the end, so an interrupted or still-running
+corpus is usable as far as it got.
 """
 
 from __future__ import annotations
@@ -31,8 +41,8 @@ import random
 import subprocess
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,16 +55,18 @@ from tqdm import tqdm
 
 from training.recipes import augment, kokoro
 from training.recipes.engines import ENGINES, Engine, Params
-from training.recipes.sources import FORTUNE_DIR, WORDNET_DIR, load_sentences
+from training.recipes.sources import DEFAULT_TEXT, TEXT_SOURCES, Sentence, load_text
 
 RATE = 16000
 LM_TEXT = "lm_text.txt"
 SPLITS = ("train", "dev", "test_seen_voices", "test_unseen_voices")
+# The short-utterance test: planned (and its manifest written) only with everyday text.
+SHORT = "test_short"
+SHORT_SOURCE, SHORT_WORDS = "everyday", 3
 DEFAULT_WEIGHTS = {"espeak": 0.25, "flite": 0.15, "festival": 0.2, "piper": 0.4}
 # Engines left out of the default mix, with the weight they take when named bare: kokoro
 # fetches a 92 MB model and makes about one second of audio per CPU second.
 OPTIONAL_WEIGHTS = {"kokoro": 0.4}
-TEXT_APT = ("fortunes", "fortunes-min", "wordnet-base")
 # Whole voices that only the unseen-voices test uses. piper has a single voice, so it
 # cannot be held out; espeak holds out variants under every accent; kokoro one voice per
 # accent and sex, with every blend that contains one.
@@ -110,34 +122,68 @@ def estimate_seconds(text: str) -> float:
     return 0.3 + 0.31 * len(text.split())
 
 
+def is_short(sentence: Sentence) -> bool:
+    """Whether a sentence belongs to the short-utterance material (test_short or train)."""
+    return sentence.source == SHORT_SOURCE and len(sentence.text.split()) <= SHORT_WORDS
+
+
 def split_sentences(
-    pairs: list[tuple[str, str]], test_size: int, dev_size: int, rng: random.Random
-) -> dict[str, list[tuple[str, str]]]:
-    """Shuffle the sentences and deal them to the splits: no sentence is in two splits."""
+    pairs: list[Sentence], test_size: int, dev_size: int, rng: random.Random, short_size: int = 0
+) -> dict[str, list[Sentence]]:
+    """Shuffle the sentences and deal them to the splits: no sentence is in two splits (and
+    the sources hold each transcript once). With ``short_size``, the first ``short_size``
+    short sentences are test_short, the test and dev splits are dealt from the others, and
+    train is every sentence left, short or not, in the shuffled order."""
     order = list(pairs)
     rng.shuffle(order)
-    return {
-        "test_seen_voices": order[:test_size],
-        "test_unseen_voices": order[test_size : 2 * test_size],
-        "dev": order[2 * test_size : 2 * test_size + dev_size],
-        "train": order[2 * test_size + dev_size :],
+    dealt = [s for s in order if not is_short(s)] if short_size else order
+    splits = {
+        "test_seen_voices": dealt[:test_size],
+        "test_unseen_voices": dealt[test_size : 2 * test_size],
+        "dev": dealt[2 * test_size : 2 * test_size + dev_size],
+        "train": dealt[2 * test_size + dev_size :],
     }
+    if short_size:
+        splits[SHORT] = [s for s in order if is_short(s)][:short_size]
+        held = {s.text for name, split in splits.items() if name != "train" for s in split}
+        splits["train"] = [s for s in order if s.text not in held]
+    return splits
 
 
 def write_lm_text(
-    out: Path, pairs: list[tuple[str, str]], test_size: int, dev_size: int, seed: int
+    out: Path, pairs: list[Sentence], test_size: int, dev_size: int, seed: int, short_size: int = 0
 ) -> int:
     """Every train-split sentence, voiced or not, one per line, for ``asr lm``: text is cheap,
     so the language model learns from the sentences the audio budget left unspoken too."""
-    train = split_sentences(pairs, test_size, dev_size, random.Random(seed))["train"]
+    train = split_sentences(pairs, test_size, dev_size, random.Random(seed), short_size)["train"]
     tmp = out / (LM_TEXT + ".tmp")
-    tmp.write_text("".join(f"{text}\n" for _, text in train), encoding="utf-8")
+    tmp.write_text("".join(f"{s.text}\n" for s in train), encoding="utf-8")
     tmp.replace(out / LM_TEXT)
     return len(train)
 
 
+def train_order(train: list[Sentence], shares: dict[str, float] | None) -> Iterator[Sentence]:
+    """Train sentences in the order the plan speaks them, endlessly: the shuffled list again
+    and again without shares; with them, the source whose (planned seconds / share) is
+    smallest speaks next, each source going round its own sentences."""
+    if not shares:
+        while True:
+            yield from train
+    by_source: dict[str, list[Sentence]] = defaultdict(list)
+    for sentence in train:
+        by_source[sentence.source].append(sentence)
+    usable = {name: share for name, share in shares.items() if by_source[name] and share > 0}
+    planned, taken = dict.fromkeys(usable, 0.0), dict.fromkeys(usable, 0)
+    while usable:
+        name = min(usable, key=lambda n: planned[n] / usable[n])
+        sentence = by_source[name][taken[name] % len(by_source[name])]
+        planned[name] += estimate_seconds(sentence.text)
+        taken[name] += 1
+        yield sentence
+
+
 def plan_corpus(
-    pairs: list[tuple[str, str]],
+    pairs: list[Sentence],
     voices: dict[str, list[str]],
     weights: dict[str, float],
     hours: float,
@@ -146,35 +192,40 @@ def plan_corpus(
     seed: int,
     aug_prob: float,
     rirs: list[str],
+    shares: dict[str, float] | None = None,
+    short_size: int = 0,
 ) -> list[Utterance]:
     """Deterministic plan: split sentences, then give engines audio time by their weights.
 
     Engines are picked by smallest (planned seconds / weight), so the mix matches the
     weights in estimated audio time; voices and prosody are drawn at random per utterance.
+    Text sources share train audio time by ``shares`` the same way (see ``train_order``).
     Only train utterances are augmented (with probability `aug_prob`): test sets stay clean.
+    ``short_size`` > 0 plans test_short (see ``split_sentences``), with seen voices.
     """
     rng = random.Random(seed)
-    sentences = split_sentences(pairs, test_size, dev_size, rng)
+    sentences = split_sentences(pairs, test_size, dev_size, rng, short_size)
     split_voices = {
         split: {
             engine: [v for v in vs if is_held_out(engine, v) == (split == "test_unseen_voices")]
             for engine, vs in voices.items()
         }
-        for split in SPLITS
+        for split in (*SPLITS, SHORT)
     }
     plan: list[Utterance] = []
-    for split in ("test_seen_voices", "test_unseen_voices", "dev", "train"):
+    for split in ("test_seen_voices", "test_unseen_voices", SHORT, "dev", "train"):
         usable = {e: w for e, w in weights.items() if split_voices[split].get(e)}
-        if not usable or not sentences[split]:
+        if not usable or not sentences.get(split):
             continue
         planned = dict.fromkeys(usable, 0.0)
         budget = max(hours * 3600 - sum(estimate_seconds(u.text) for u in plan), 0.0)
+        order = train_order(sentences[split], shares) if split == "train" else None
         for i in range(10**9):
             if split != "train" and i == len(sentences[split]):
                 break
             if split == "train" and sum(planned.values()) >= budget:
                 break
-            spoken, text = sentences[split][i % len(sentences[split])]
+            spoken, text, _ = next(order) if order else sentences[split][i]
             engine = min(usable, key=lambda e: planned[e] / usable[e])
             planned[engine] += estimate_seconds(text)
             aug = (
@@ -293,8 +344,9 @@ MANIFEST_KEYS = ("id", "audio", "text", "duration", "engine", "voice", "params",
 
 
 def write_manifests(out: Path, plan: list[Utterance], done: dict[str, dict[str, Any]]) -> None:
-    """One JSON-lines manifest per split, in plan order, each replaced atomically."""
-    for split in SPLITS:
+    """One JSON-lines manifest per split, in plan order, each replaced atomically; test_short
+    only when planned."""
+    for split in (*SPLITS, SHORT) if any(u.split == SHORT for u in plan) else SPLITS:
         lines = [
             json.dumps({k: done[u.id][k] for k in MANIFEST_KEYS})
             for u in plan
@@ -318,7 +370,7 @@ def summary(plan: list[Utterance], done: dict[str, dict[str, Any]]) -> str:
                 row[2] += record["clean_duration"]
                 row[3] += record["synth_seconds"]
     lines = [f"{'':20s} {'utts':>7s} {'hours':>7s} {'speed':>8s}"]
-    for key in [*ENGINES, *SPLITS]:
+    for key in [*ENGINES, *SPLITS, SHORT]:
         if key in rows:
             n, hours, clean, secs = rows[key]
             speed = f"{clean / secs:7.1f}x" if secs else "      -"
@@ -337,14 +389,39 @@ def parse_engines(specs: list[str]) -> dict[str, float]:
     return weights
 
 
-def install(engines: list[Engine], text_missing: bool) -> None:
-    """Install the Debian and PyPI packages the chosen engines (and text sources) need, then
-    fetch what the packages do not carry."""
-    apt = [pkg for e in engines for pkg in e.apt] + (list(TEXT_APT) if text_missing else [])
+def parse_text(specs: Sequence[str]) -> tuple[list[str], dict[str, float] | None]:
+    """`--text` items, `name` or `name=share`: the source names in order, and their shares of
+    the train audio time, None when no item gives one (train then draws from all sentences
+    alike). Shares are all or none, and positive."""
+    names, shares = [], {}
+    for spec in specs:
+        name, _, share = spec.partition("=")
+        if name not in TEXT_SOURCES:
+            raise SystemExit(f"unknown text {name!r}; choose from {', '.join(TEXT_SOURCES)}")
+        if name in names:
+            raise SystemExit(f"--text names {name!r} twice")
+        names.append(name)
+        if share:
+            shares[name] = float(share)
+    if shares and (len(shares) < len(names) or min(shares.values()) <= 0):
+        raise SystemExit("--text: give every source a positive share (name=share), or none")
+    return names, shares or None
+
+
+def install(engines: list[Engine], text_apt: Sequence[str] = ()) -> None:
+    """Install the Debian and PyPI packages the chosen engines and text sources need, then
+    fetch what the packages do not carry. Text packages come without their recommends:
+    r-cran-janeaustenr's would pull in r-cran-stringr (the Harvard sentences)."""
+    apt = [pkg for e in engines for pkg in e.apt]
     pip = [pkg for e in engines for pkg in e.pip]
-    if apt:
+    if apt or text_apt:
         subprocess.run(["apt-get", "update"], check=True)
+    if apt:
         subprocess.run(["apt-get", "install", "-y", *apt], check=True)
+    if text_apt:
+        subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *text_apt], check=True
+        )
     if pip:
         subprocess.run([sys.executable, "-m", "pip", "install", *pip], check=True)
         importlib.invalidate_caches()  # so missing() finds the modules just installed
@@ -353,11 +430,11 @@ def install(engines: list[Engine], text_missing: bool) -> None:
 
 
 def check_setup(
-    weights: dict[str, float], do_install: bool, need_text: bool
+    weights: dict[str, float], do_install: bool, text: Sequence[str] = ()
 ) -> dict[str, list[str]]:
     """Voices per engine; installs (--install) or exits saying what is missing and how to get it.
 
-    ``need_text``: no sentences were found, so the text packages are missing too."""
+    ``text``: the text sources to check as well."""
 
     def problems() -> list[str]:
         found = [
@@ -365,22 +442,23 @@ def check_setup(
             for name in weights
             if (why := ENGINES[name].missing())
         ]
-        if need_text and not (FORTUNE_DIR.exists() or WORDNET_DIR.exists()):
-            found.append(
-                "  text: no fortune or WordNet data\n    install: apt-get install -y "
-                + " ".join(TEXT_APT)
-            )
+        found += [
+            f"  text {name}: {why}\n    install: {TEXT_SOURCES[name].install_hint()}"
+            for name in text
+            if (why := TEXT_SOURCES[name].missing())
+        ]
         return found
 
     missing = problems()
     if missing and do_install:
-        install([ENGINES[n] for n in weights if ENGINES[n].missing()], need_text)
+        text_apt = [pkg for n in text if TEXT_SOURCES[n].missing() for pkg in TEXT_SOURCES[n].apt]
+        install([ENGINES[n] for n in weights if ENGINES[n].missing()], text_apt)
         missing = problems()
     if missing:
         raise SystemExit(
             "missing requirements:\n"
             + "\n".join(missing)
-            + "\nrerun with --install, or leave the engine out of --engines"
+            + "\nrerun with --install, or leave the engine or text out of --engines or --text"
         )
     return {name: ENGINES[name].voices() for name in weights}
 
@@ -396,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[f"{k}={v}" for k, v in DEFAULT_WEIGHTS.items()],
         help="engines with optional share of audio time, e.g. espeak=0.3 piper=0.7",
     )
+    parser.add_argument(
+        "--text",
+        nargs="+",
+        default=list(DEFAULT_TEXT),
+        help=f"text sources ({', '.join(TEXT_SOURCES)}), each with an optional share of the "
+        "train audio time (all or none), e.g. fortune=0.3 wordnet=0.2 austen=0.3 everyday=0.2",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--test-size", type=int, default=300, help="utterances per test split")
     parser.add_argument("--dev-size", type=int, default=200, help="utterances in the dev split")
@@ -408,13 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     weights = parse_engines(args.engines)
-    pairs = load_sentences()
-    voices = check_setup(weights, args.install, need_text=not pairs)
-    pairs = pairs or load_sentences()
+    sources, shares = parse_text(args.text)
+    voices = check_setup(weights, args.install, text=sources)
+    pairs = load_text(sources, args.seed)
     if not pairs:
-        raise SystemExit(f"no usable sentences under {FORTUNE_DIR} or {WORDNET_DIR}")
+        raise SystemExit(f"no usable sentences in {', '.join(sources)}")
     if args.max_sentences:
         pairs = pairs[: args.max_sentences]
+    short_size = args.test_size if SHORT_SOURCE in sources else 0
     rirs = augment.available_rirs()
     plan = plan_corpus(
         pairs,
@@ -426,14 +512,18 @@ def main(argv: list[str] | None = None) -> int:
         args.seed,
         args.aug_prob,
         rirs,
+        shares=shares,
+        short_size=short_size,
     )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(vars(args) | {"out": str(out)}, indent=1))
     done = load_journal(out)
     todo = [u for u in plan if u.id not in done]
+    per_source = Counter(sentence.source for sentence in pairs)
     print(
-        f"{len(pairs)} sentences, {sum(map(len, voices.values()))} voices, "
+        f"{len(pairs)} sentences ({', '.join(f'{n} {c}' for n, c in per_source.items())}), "
+        f"{sum(map(len, voices.values()))} voices, "
         f"{len(rirs)} recorded RIRs; plan {len(plan)} utterances, {len(plan) - len(todo)} done",
         flush=True,
     )
@@ -467,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(len(records))
             bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
     write_manifests(out, plan, done)
-    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed)
+    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed, short_size)
     print(f"{out / LM_TEXT}: {lm_sentences} train-split sentences for `asr lm`")
     print(summary(plan, done))
     if errors:
