@@ -54,6 +54,7 @@ def test_streaming_equals_offline_token_for_token(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2 * 3600)  # an hour of audio: minutes, more on a busy machine
 def test_sixty_minute_stream_stays_under_a_fixed_memory_bound(
     recognizer: Recognizer, utterances: list[tuple[np.ndarray, int]]
 ) -> None:
