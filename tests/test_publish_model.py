@@ -35,6 +35,11 @@ def test_corpus_facts_count_the_manifests(tmp_path: Path) -> None:
     assert facts["command"].startswith("python -m training.recipes.synth_corpus --out data/synth")
     assert "--aug-prob 0.5" in facts["command"]
     assert facts["command"].endswith("--engines espeak=0.5 piper")
+    plan["text"] = ["fortune", "austen=0.6", "everyday=0.4"]
+    (tmp_path / "plan.json").write_text(json.dumps(plan | {"engines": ["kokoro"]}))
+    assert corpus_facts(tmp_path)["command"].endswith(
+        "--engines kokoro --text fortune austen=0.6 everyday=0.4"
+    )
 
 
 def test_status_says_whether_targets_are_reached() -> None:

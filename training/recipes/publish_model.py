@@ -33,6 +33,7 @@ from training.evaluate import add_arguments as add_eval_arguments
 from training.evaluate import run as run_eval
 from training.lm_cli import run as train_lm
 from training.manifest import read_manifest
+from training.recipes.sources import DEFAULT_TEXT
 from training.recipes.synth_corpus import LM_TEXT
 from training.train import Position
 
@@ -130,6 +131,8 @@ def corpus_facts(data: Path) -> dict[str, Any]:
         for split in ("dev", *SPLITS)
     }
     engines = " ".join(plan["engines"])
+    text = plan.get("text", list(DEFAULT_TEXT))  # corpora planned before --text have the default
+    text_arg = "" if tuple(text) == DEFAULT_TEXT else f" --text {' '.join(text)}"
     return {
         "train_utterances": len(train),
         "train_hours": sum(row["duration"] for row in train) / 3600,
@@ -140,6 +143,7 @@ def corpus_facts(data: Path) -> dict[str, Any]:
             f"python -m training.recipes.synth_corpus --out {DATA_ARG} --hours {plan['hours']:g} "
             f"--seed {plan['seed']} --jobs {plan['jobs']} --aug-prob {plan['aug_prob']:g} \\\n"
             f"      --test-size {plan['test_size']} --dev-size {plan['dev_size']} --engines {engines}"
+            + text_arg
         ),
     }
 
