@@ -34,7 +34,7 @@ from asr.whisper_encoder import (
     load_encoder,
     quantized,
 )
-from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel
+from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel, log_mel
 
 BUNDLE_ENCODER_FILE = "whisper_encoder.safetensors"
 BUNDLE_TEACHER_FILE = "whisper_teacher.safetensors"  # two-pass bundles only
@@ -83,9 +83,12 @@ class Frontend:
         return _WhisperStream(self.cfg, self.encoder)
 
     def compute(self, samples: np.ndarray) -> np.ndarray:
-        """[T, dim] frames of a whole utterance: a fresh stream fed once and finished."""
-        stream = self.stream()
-        return np.concatenate([stream.accept(samples), stream.finish()])
+        """[T, dim] frames of a whole utterance: what a fresh stream fed once gives."""
+        if self.encoder is None:
+            stream = self.stream()
+            return np.concatenate([stream.accept(samples), stream.finish()])
+        mel = torch.from_numpy(log_mel(samples, self.cfg.whisper.floor))
+        return self.encoder.encode_whole(mel, self.cfg.whisper.streaming()).numpy()
 
     def full_attention(self) -> WhisperEncoder:
         """The teacher two-pass finals read (loaded on first use)."""

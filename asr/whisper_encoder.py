@@ -170,6 +170,22 @@ class WhisperEncoder(nn.Module):
     def stream(self, streaming: Streaming) -> EncoderStream:
         return EncoderStream(self, streaming)
 
+    @torch.no_grad()
+    def encode_whole(self, mel: Tensor, streaming: Streaming | None) -> Tensor:
+        """States [ceil(T / 2), d_model] of one whole utterance's log-mel [T, n_mels].
+
+        Under the streaming mask and within 30 s, one masked pass gives the states the
+        stream gives (to float rounding) at a third of its cost; longer audio streams.
+        Full attention reads long audio in 30 s windows, as Whisper does.
+        """
+        limit = 2 * self.dims.n_ctx
+        if streaming is None:
+            return torch.cat([self(w[None])[0][0] for w in torch.split(mel, limit)])
+        if len(mel) <= limit:
+            return self(mel[None], streaming=streaming)[0][0]
+        stream = self.stream(streaming)
+        return torch.cat([stream.accept(mel), stream.finish()])
+
 
 class EncoderStream:
     """One stream through the chunk-causal encoder: log-mel frames in, states out.

@@ -23,6 +23,8 @@ def test_variants_latency_and_real_time_factors(speech_dir: Path) -> None:
     assert floats["masked:4"].latency_ms == 4 * 20 + 12.5
     frames = floats["masked:4"].frames(audio[0])
     assert frames.shape == ((len(audio[0]) // 160 + 1) // 2, 512)
+    # the probe's frames (one masked pass) are the ones the RTF's stream makes, but rounding
+    assert np.abs(floats["masked:4"].served(audio[0]) - frames).max() < 2e-3
     rtf = frontend.real_time_factors(floats, audio, repeats=1)
     assert all(rtf[s][0] > 0 for s in floats) and np.isnan(rtf["fbank"][1])
     assert rtf["masked:4"][1] > 0  # int8

@@ -129,6 +129,25 @@ def test_padded_batch_matches_each_utterance(teacher: WhisperEncoder) -> None:
             assert (batch[row, :n] - alone[0]).abs().max() < 2e-3
 
 
+def test_whole_utterance_states_are_the_streams(teacher: WhisperEncoder) -> None:
+    """encode_whole, which training caches and the front-end benchmark read: within the
+    position table one masked pass (rounding only), past it the stream itself (exact)."""
+    samples = _audio(2)
+    short = teacher.encode_whole(torch.from_numpy(log_mel(samples)), STREAMING)
+    assert (short - _stream_states(teacher, samples, [len(samples)])).abs().max() < 2e-3
+    torch.manual_seed(0)
+    tiny = WhisperEncoder(WhisperDims(n_mels=80, d_model=16, n_heads=2, n_layers=2, n_ctx=40))
+    tiny.eval().positions.normal_()
+    mel = torch.from_numpy(np.random.default_rng(0).standard_normal((250, 80), np.float32))
+    streaming = Streaming(chunk=4, left_context=20)
+    stream = tiny.stream(streaming)
+    with torch.no_grad():
+        expected = torch.cat([stream.accept(mel), stream.finish()])
+        windows = torch.cat([tiny(w[None])[0][0] for w in torch.split(mel, 80)])
+    assert torch.equal(tiny.encode_whole(mel, streaming), expected)  # 125 states > n_ctx
+    assert torch.equal(tiny.encode_whole(mel, None), windows)  # full attention: 30 s windows
+
+
 def test_stream_memory_is_bounded_past_the_position_table() -> None:
     """A tiny random encoder through 100 s (3.3 position tables): what a stream holds stops
     growing, and states keep coming past 30 s."""
