@@ -161,6 +161,9 @@ class TrainConfig:
     valid_manifest: str = ""
     tokenizer: str = ""  # .model (sentencepiece) or .txt (symbols); empty: trained from texts
     output_dir: str = "exp"
+    # where frames are cached (runs over the same front end may share one; training.cache_frames
+    # fills it ahead in parallel shards); empty: OUTPUT/features
+    feature_cache: str = ""
     epochs: int = 10
     max_batch_seconds: float = 120.0  # bucketed batches hold at most this much (padded) audio
     lr: float = 1e-3

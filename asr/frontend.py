@@ -83,8 +83,10 @@ class Frontend:
         return _WhisperStream(self.cfg, self.encoder)
 
     def compute(self, samples: np.ndarray) -> np.ndarray:
-        """[T, dim] frames of a whole utterance: what a fresh stream fed once gives."""
-        if self.encoder is None:
+        """[T, dim] frames of a whole utterance: what a fresh stream fed once gives. An int8
+        encoder streams (one pass over a whole utterance quantises it far worse than chunks
+        do, and streaming is cheap in int8); a float one takes a whole pass, equal to rounding."""
+        if self.encoder is None or self.cfg.whisper.int8:
             stream = self.stream()
             return np.concatenate([stream.accept(samples), stream.finish()])
         mel = torch.from_numpy(log_mel(samples, self.cfg.whisper.floor))

@@ -1,6 +1,7 @@
 """Train a monotonic-attention model from a YAML config (plus section.key=value overrides).
 
-Features are computed once and cached under the output directory; CMVN comes
+Features are computed once and cached (train.feature_cache, or under the output
+directory; training.cache_frames fills a shared cache ahead); CMVN comes
 from the training features; the tokenizer is train.tokenizer, or trained from
 the training texts when that is empty. Checkpoints (output/last.pt, best.pt)
 hold everything needed to continue exactly where a killed run stopped; model
@@ -262,8 +263,12 @@ class Trainer:
         self.ddp.barrier()
         return load_tokenizer(path), path
 
+    @property
+    def feature_dir(self) -> Path:
+        return Path(self.cfg.feature_cache) if self.cfg.feature_cache else self.out / "features"
+
     def _features(self, entries: list[Entry], desc: str) -> dict[str, tuple[Path, int]]:
-        cache = self.out / "features"
+        cache = self.feature_dir
         parts = self.ddp.gather(
             cache_features(entries, self.frontend, cache, self.ddp.rank, self.ddp.world, desc)
         )
@@ -271,7 +276,7 @@ class Trainer:
 
     def _cmvn(self, train: list[Utterance]) -> CMVN:
         names = "\n".join(u.features.name for u in train).encode()
-        path = self.out / "features" / f"cmvn-{hashlib.sha1(names).hexdigest()[:16]}.json"
+        path = self.feature_dir / f"cmvn-{hashlib.sha1(names).hexdigest()[:16]}.json"
         if self.ddp.main and not path.is_file():
             compute_cmvn(train).save(path)
         self.ddp.barrier()

@@ -1,0 +1,58 @@
+"""training.cache_frames: shards fill a shared frame cache with what a training computes
+itself, and a training pointed at that cache computes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr.audio import read_audio, resample
+from asr.config import Config
+from asr.frontend import load_frontend
+from tests.conftest import WHISPER_OVERRIDES
+from tests.test_train import TINY, run_training, train_command, write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_shards_fill_the_cache_a_training_reads(tmp_path: Path, speech_dir: Path) -> None:
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=5)
+    cache = tmp_path / "frames"
+    settings = [*WHISPER_OVERRIDES, f"train.feature_cache={cache}"]
+    for shard in ("1/2", "2/2"):
+        command = [sys.executable, "-m", "training.cache_frames", "--config", str(TINY)]
+        command += [*settings, "--manifest", str(manifest), "--shard", shard]
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-2000:]
+    files = sorted(cache.glob("*.npy"))
+    assert len(files) == 5  # the two shards split the utterances between them
+
+    frontend = load_frontend(Config.load(TINY, settings).model)
+    cached = [np.load(f) for f in files]
+    for wav in sorted(speech_dir.glob("utt0[0-4].wav")):
+        frames = frontend.compute(resample(*read_audio(wav), 16000))
+        assert sum(c.shape == frames.shape and np.array_equal(c, frames) for c in cached) == 1
+
+    steps = ["train.max_steps=1", "train.max_batch_seconds=20", "train.valid_decode_max=0"]
+    result = run_training(train_command(tmp_path / "run", manifest, *settings, *steps))
+    assert "train features: 5 utterances (0 computed, rest cached)" in result.stdout
+    assert not (tmp_path / "run" / "features").exists()
+
+
+@pytest.mark.parametrize("shard", ["0/2", "3/2", "a/b", "1"])
+def test_a_bad_shard_is_refused(shard: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "training.cache_frames", "--config", str(TINY)]
+    command += [f"train.feature_cache={tmp_path}", "--manifest", str(TINY), "--shard", shard]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--shard" in result.stderr
+
+
+def test_a_cache_directory_is_required(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "training.cache_frames", "--config", str(TINY)]
+    command += ["--manifest", str(TINY)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "train.feature_cache is not set" in result.stderr
