@@ -4,8 +4,9 @@ Soft monotonic attention explores only forward from its pointer, so early in
 training it can sit in leading silence and never find the speech (see
 "CTC-synchronous training", Inaguma et al., 2020). The CTC head learns where
 tokens are much sooner; its Viterbi alignment tells the attention where each
-token's boundary is (``Seq2Seq.compute_loss`` turns that into a loss). Only
-training uses it: serving is the plain hard monotonic scan.
+token's boundary is (``Seq2Seq.compute_loss`` turns that into a loss). Serving
+never uses it (it is the plain hard monotonic scan); besides training, only
+bench/word_latency.py does, to time word ends from each token's last frame.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import torch
 from torch import Tensor
 
 
-@torch.no_grad()
 def ctc_token_positions(
     log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lens: Tensor, blank: int = 0
 ) -> Tensor:
@@ -24,6 +24,30 @@ def ctc_token_positions(
     ``targets`` [B, U] padded token ids, ``target_lens`` [B]. An utterance with
     too few frames for its tokens (the CTC loss is infinite) gets -1 everywhere.
     """
+    token, feasible = _best_path_tokens(log_probs, lengths, targets, target_lens, blank)
+    return _token_frames(token, feasible, targets.shape[1], "amin")
+
+
+def ctc_token_spans(
+    log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lens: Tensor, blank: int = 0
+) -> tuple[Tensor, Tensor]:
+    """First and last frame of every target token on the best CTC path, each [B, U] long
+    (-1 where unalignable; arguments as :func:`ctc_token_positions`, whose first frames these
+    are). The last frame is where a token's evidence ends: word-end timing reads it."""
+    token, feasible = _best_path_tokens(log_probs, lengths, targets, target_lens, blank)
+    units = targets.shape[1]
+    return (
+        _token_frames(token, feasible, units, "amin"),
+        _token_frames(token, feasible, units, "amax"),
+    )
+
+
+@torch.no_grad()
+def _best_path_tokens(
+    log_probs: Tensor, lengths: Tensor, targets: Tensor, target_lens: Tensor, blank: int
+) -> tuple[Tensor, Tensor]:
+    """Viterbi: the target index each frame of the best path is on ([B, T] long; U for blanks
+    and padding frames), and which utterances have any path at all ([B] bool)."""
     batch, frames, _ = log_probs.shape
     units = targets.shape[1]
     states = 2 * units + 1
@@ -68,9 +92,17 @@ def ctc_token_positions(
 
     frame_ids = torch.arange(frames, device=device)
     is_token = (path % 2 == 1) & (frame_ids.unsqueeze(1) < lengths)  # [T, B]
-    token = torch.where(is_token, (path - 1) // 2, units).T  # blanks go to a spare column
-    first = torch.full((batch, units + 1), frames, dtype=torch.long, device=device)
-    first.scatter_reduce_(1, token, frame_ids.expand(batch, frames), reduce="amin")
-    positions = first[:, :units]
-    unaligned = (positions == frames) | ~feasible.unsqueeze(1)
+    return torch.where(is_token, (path - 1) // 2, units).T, feasible
+
+
+def _token_frames(token: Tensor, feasible: Tensor, units: int, reduce: str) -> Tensor:
+    """Per target token, the smallest ("amin") or largest ("amax") frame the path spends on it:
+    [B, U], -1 for tokens the path never visits and for infeasible utterances."""
+    batch, frames = token.shape
+    missing = frames if reduce == "amin" else -1  # the identity of the reduction
+    found = torch.full((batch, units + 1), missing, dtype=torch.long, device=token.device)
+    frame_ids = torch.arange(frames, device=token.device).expand(batch, frames)
+    found.scatter_reduce_(1, token, frame_ids, reduce=reduce)  # blanks land in the spare column
+    positions = found[:, :units]
+    unaligned = (positions == missing) | ~feasible.unsqueeze(1)
     return positions.masked_fill(unaligned, -1)

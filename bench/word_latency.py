@@ -1,22 +1,39 @@
-"""How much later one model shows each word than another, through real streaming sessions.
+"""Word latency: from a word's end in the audio to the streaming emission of its last token.
 
-Each utterance is fed to a streaming session of each model in --chunk-ms pieces. A word
-counts as shown at the amount of audio fed when it reached its final place in the
-transcript (finals so far plus the current partial) and stayed there to the end. The two
-models' final transcripts are aligned word by word; for every word both got right in the
-same place, the benchmark takes the difference of the times they showed it. No reference
-timing is needed: the synthetic speech has none, and both models see the same audio.
+For each --model (a bundle, optionally with a ``:two-pass`` or ``:one-pass`` suffix that
+sets its finals), every held-out utterance is fed to a real streaming session in --chunk-ms
+pieces. A word counts as shown at the amount of audio fed when it reached its final place
+in the transcript (finals so far plus the current partial) and stayed there to the end.
+The final transcript is matched word by word to the reference (difflib); for each word
+right, latency = shown time - the word's end in the audio. Printed per model: median, p90,
+p95 and the share of words over 400 ms (the goal: p95 at most 400 ms for the streaming
+pass), with words right against reference words so that a reader sees the coverage.
 
-    python bench/word_latency.py --model exp/delay2/best_bundle --baseline models/default \\
-        --manifest data/synth/test_seen_voices.jsonl --limit 100
+All times are audio time (seconds of audio fed), as if the model kept up with real time:
+processing time is excluded and measured elsewhere (bench/load.py, bench/streaming.py).
+
+Word ends come from a CTC forced alignment made by the --aligner bundle (default: the
+first --model), which needs the Whisper front end, its full-attention teacher (a bundle
+saved with two-pass finals carries it) and a CTC head: the teacher's states over the
+whole utterance (no streaming look-ahead delay in them) run through the bundle's LAS
+encoder, its CTC head gives log-probs per state, and the Viterbi path of the reference
+tokens gives each token's last state. A word ends where the last state of its last token
+ends, capped at the audio's length. Utterances that cannot be aligned are counted and
+skipped. Known bias: a CTC spike usually sits inside its token, not at its end, so a
+word end read from the spike can be early; latencies are then slightly overstated
+(conservative).
+
+    python bench/word_latency.py --model models/default models/default:two-pass \\
+        --manifest data/live/test_seen_voices.jsonl --limit 200
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import statistics
+import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +43,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
+from asr.ctc_alignment import ctc_token_spans  # noqa: E402
+from asr.frontend import BUNDLE_TEACHER_FILE  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
+from asr.tokenizer import SentencePieceTokenizer  # noqa: E402
+from asr.whisper_encoder import WhisperEncoder  # noqa: E402
+from asr.whisper_features import SAMPLE_RATE, log_mel  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
-from training.manifest import read_manifest  # noqa: E402
+from training.manifest import Entry, read_manifest  # noqa: E402
+
+GOAL_MS = 400.0  # issue #17: p95 at most this for the streaming pass
+SUFFIXES = {"two-pass": True, "one-pass": False}  # --model PATH:SUFFIX -> two-pass finals
+WORD_START = "\u2581"  # sentencepiece's word-start mark
 
 
+# -- the models' side: when each word is shown ------------------------------------------
 def shown_times(
-    recognizer: Recognizer, samples: np.ndarray, rate: int, chunk: int
+    recognizer: Recognizer, samples: np.ndarray, rate: int, chunk: int, two_pass: bool | None = None
 ) -> tuple[list[str], list[float]]:
-    """Final words and, per word, the seconds of audio fed when it settled in its place."""
-    session = recognizer.stream(rate)
+    """Final words and, per word, the seconds of audio fed when it settled in its place.
+    ``two_pass`` (None: the bundle's setting) picks the session's finals."""
+    session = recognizer.stream(rate, two_pass)
     finals: list[str] = []
     partial: list[str] = []
     history: list[tuple[float, list[str]]] = []  # (audio fed, transcript words then)
@@ -62,54 +90,328 @@ def shown_times(
     return finals, times
 
 
-def main(argv: list[str] | None = None) -> int:
+def right_word_latencies(
+    reference: list[str], ends: list[float], words: list[str], times: list[float]
+) -> list[float]:
+    """Seconds from each right word's end (``ends`` per reference word) to when it was shown
+    (``times`` per hypothesis word); a word is right where difflib matches it to the reference."""
+    match = difflib.SequenceMatcher(a=reference, b=words, autojunk=False)
+    return [times[b + k] - ends[a + k] for a, b, n in match.get_matching_blocks() for k in range(n)]
+
+
+# -- the aligner's side: where each reference word ends -----------------------------------
+def aligner_problem(recognizer: Recognizer) -> str | None:
+    """What a bundle lacks to make word ends (None: nothing), all of it at once."""
+    missing = []
+    frontend = recognizer.frontend
+    assert frontend is not None
+    if frontend.cfg.frontend != "whisper":
+        missing.append(f"the Whisper front end (it has {frontend.cfg.frontend!r})")
+    else:
+        try:
+            frontend.full_attention()  # loaded now, once: the aligner reads it next
+        except ValueError:
+            missing.append(
+                f"the full-attention Whisper teacher ({BUNDLE_TEACHER_FILE}; a bundle saved "
+                "with decode.two_pass=true carries it)"
+            )
+    if recognizer.model.ctc is None:
+        missing.append("a CTC head (it was trained with model.ctc_weight=0)")
+    if not isinstance(recognizer.tokenizer, SentencePieceTokenizer):
+        missing.append("a sentencepiece tokenizer (words are found from its pieces)")
+    return "; ".join(missing) or None
+
+
+def word_last_tokens(pieces: list[str]) -> list[int]:
+    """Index of each word's last token: a piece starting with the word-start mark begins a
+    word (the first piece always does)."""
+    starts = [i for i, piece in enumerate(pieces) if i == 0 or piece.startswith(WORD_START)]
+    return [s - 1 for s in starts[1:]] + ([len(pieces) - 1] if pieces else [])
+
+
+def word_ends(
+    pieces: list[str], last_frames: list[int], state_seconds: float, duration: float
+) -> list[float]:
+    """Seconds at which each word ends: the end of its last token's last state, capped at the
+    audio's ``duration``."""
+    return [min((last_frames[i] + 1) * state_seconds, duration) for i in word_last_tokens(pieces)]
+
+
+@dataclass
+class Aligner:
+    """A bundle's full-attention teacher, LAS encoder and CTC head, aligning reference text."""
+
+    recognizer: Recognizer
+    teacher: WhisperEncoder
+    state_seconds: float
+
+    @classmethod
+    def of(cls, recognizer: Recognizer) -> Aligner:
+        assert recognizer.frontend is not None
+        return cls(
+            recognizer,
+            recognizer.frontend.full_attention(),
+            recognizer.stream(SAMPLE_RATE).state_seconds,
+        )
+
+    @torch.no_grad()
+    def log_probs(self, samples: np.ndarray) -> torch.Tensor:
+        """CTC log-probs [T, V] per LAS state over the teacher's states of 16 kHz ``samples``
+        (the LAS layers run as for a two-pass final: ``Seq2Seq.encode`` from a fresh state)."""
+        model = self.recognizer.model
+        assert model.ctc is not None
+        mel = torch.from_numpy(log_mel(samples, self.recognizer.config.model.whisper.floor))
+        states = self.teacher.encode_whole(mel, None)
+        memory, lengths = model.encode(states.unsqueeze(0), torch.tensor([len(states)]))
+        return model.ctc(memory[0, : int(lengths[0])]).log_softmax(-1)
+
+    def word_ends(self, samples: np.ndarray, text: str) -> list[float] | None:
+        """Seconds at which each word of ``text`` ends in ``samples`` (16 kHz); None when the
+        text cannot be aligned (too few states, no tokens, words and pieces disagree)."""
+        tokenizer = self.recognizer.tokenizer
+        tokens = tokenizer.encode(text)
+        if not tokens:
+            return None
+        log_probs = self.log_probs(samples)
+        if len(log_probs) == 0:
+            return None
+        _, last = ctc_token_spans(
+            log_probs.unsqueeze(0),
+            torch.tensor([len(log_probs)]),
+            torch.tensor([tokens]),
+            torch.tensor([len(tokens)]),
+        )
+        frames = last[0].tolist()
+        pieces = tokenizer.pieces(tokens)
+        if min(frames) < 0 or len(word_last_tokens(pieces)) != len(text.split()):
+            return None
+        return word_ends(pieces, frames, self.state_seconds, len(samples) / SAMPLE_RATE)
+
+
+# -- figures ---------------------------------------------------------------------------
+@dataclass
+class Figures:
+    """One model's counts and the latencies (s) of its right words."""
+
+    model: str
+    two_pass: bool
+    utterances: int = 0
+    words: int = 0  # reference words of the aligned utterances
+    latencies: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        ms = np.array(self.latencies) * 1000
+        stats = None
+        if len(ms):
+            median, p90, p95 = np.percentile(ms, [50, 90, 95]).tolist()
+            over = float(np.mean(ms > GOAL_MS))
+            stats = {"median": median, "p90": p90, "p95": p95, "over_400_share": over}
+        return {
+            "model": self.model,
+            "two_pass": self.two_pass,
+            "utterances": self.utterances,
+            "words_aligned": self.words,
+            "words_right": len(ms),
+            "right_share": len(ms) / self.words if self.words else None,
+            "latency_ms": stats,
+        }
+
+
+def table(rows: list[dict]) -> str:
+    """The compact table: one row per model (rows as :meth:`Figures.to_dict` gives them)."""
+    head = [
+        "model",
+        "finals",
+        "utts",
+        "aligned",
+        "right",
+        "right%",
+        "median",
+        "p90",
+        "p95",
+        ">400ms",
+    ]
+    lines = [head]
+    for row in rows:
+        share, stats = row["right_share"], row["latency_ms"]
+        latency = ["-"] * 4
+        if stats is not None:
+            latency = [f"{stats[k]:.0f}" for k in ("median", "p90", "p95")]
+            latency.append(f"{100 * stats['over_400_share']:.1f}%")
+        counts = [row[k] for k in ("utterances", "words_aligned", "words_right")]
+        lines.append(
+            [
+                row["model"],
+                "two-pass" if row["two_pass"] else "one-pass",
+                *map(str, counts),
+                "-" if share is None else f"{100 * share:.1f}",
+                *latency,
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))
+        )
+        for line in lines
+    )
+
+
+# -- command line ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelSpec:
+    """One --model: its text as given, the bundle, and two-pass finals (None: the bundle's)."""
+
+    name: str
+    path: Path
+    two_pass: bool | None
+
+
+def model_spec(spec: str) -> ModelSpec:
+    """``PATH``, ``PATH:two-pass`` or ``PATH:one-pass`` (a colon followed by a path is part of
+    the path)."""
+    path, colon, suffix = spec.rpartition(":")
+    if not colon or "/" in suffix:
+        return ModelSpec(spec, Path(spec), None)
+    if suffix not in SUFFIXES:
+        known = ", ".join(f":{s}" for s in SUFFIXES)
+        raise argparse.ArgumentTypeError(f"{spec!r}: unknown suffix :{suffix} (known: {known})")
+    return ModelSpec(spec, Path(path), SUFFIXES[suffix])
+
+
+def load_bundles(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[Path, Recognizer]:
+    """Each bundle loaded once (one may be listed with several suffixes); a bad one is a
+    parser error naming it."""
+    loaded: dict[Path, Recognizer] = {}
+    for path in paths:
+        if path not in loaded:
+            try:
+                loaded[path] = load_model(path)
+            except (OSError, ValueError) as err:
+                parser.error(f"{path}: {err}")
+    return loaded
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--baseline", type=Path, required=True)
+    parser.add_argument(
+        "--model",
+        type=model_spec,
+        nargs="+",
+        required=True,
+        help="bundles, each optionally PATH:two-pass or PATH:one-pass (default: its own finals)",
+    )
+    parser.add_argument(
+        "--aligner",
+        type=Path,
+        help="bundle whose CTC head times the word ends (default: the first --model's)",
+    )
     parser.add_argument("--manifest", type=Path, required=True)
     parser.add_argument("--limit", type=int, default=100, help="utterances (0: all)")
-    parser.add_argument("--chunk-ms", type=float, default=20.0)
+    parser.add_argument("--chunk-ms", type=float, default=20.0, help="audio per accept()")
+    parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
     if args.chunk_ms <= 0:
         parser.error("--chunk-ms must be positive")
+    if args.limit < 0:
+        parser.error("--limit must be >= 0 (0: all)")
+    if not args.manifest.is_file():
+        parser.error(f"--manifest {args.manifest}: no such file")
+    args.aligner = args.aligner or args.model[0].path
+    return parser, args
+
+
+def prepare(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[dict[Path, Recognizer], Aligner, list[Figures]]:
+    """The bundles, the aligner and an empty row per model, after checking each can do what
+    it is asked (parser errors otherwise)."""
+    specs: list[ModelSpec] = args.model
+    aligner_path: Path = args.aligner
+    bundles = load_bundles(parser, [spec.path for spec in specs] + [aligner_path])
+    problem = aligner_problem(bundles[aligner_path])
+    if problem:
+        parser.error(f"--aligner {aligner_path} cannot time word ends: it lacks {problem}")
+    figures = []
+    for spec in specs:
+        recognizer = bundles[spec.path]
+        trouble = recognizer.two_pass_problem() if spec.two_pass else None
+        if trouble:
+            parser.error(f"--model {spec.name}: {trouble}")
+        two_pass = recognizer.config.decode.two_pass if spec.two_pass is None else spec.two_pass
+        figures.append(Figures(spec.name, two_pass))
+    return bundles, Aligner.of(bundles[aligner_path]), figures
+
+
+def measure(
+    entries: list[Entry],
+    specs: list[ModelSpec],
+    bundles: dict[Path, Recognizer],
+    aligner: Aligner,
+    figures: list[Figures],
+    chunk: int,
+) -> tuple[int, int]:
+    """Fill ``figures`` from every utterance the aligner can align; return the unaligned
+    utterances and all reference words."""
+    unaligned = words = 0
+    for entry in entries:
+        samples = entry_audio(entry, SAMPLE_RATE)
+        reference = entry.text.lower().split()
+        words += len(reference)
+        ends = aligner.word_ends(samples, " ".join(reference))
+        if ends is None:
+            unaligned += 1
+            continue
+        for spec, fig in zip(specs, figures):
+            shown, times = shown_times(
+                bundles[spec.path], samples, SAMPLE_RATE, chunk, fig.two_pass
+            )
+            fig.utterances += 1
+            fig.words += len(reference)
+            fig.latencies += right_word_latencies(reference, ends, shown, times)
+    return unaligned, words
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, args = parse_args(argv)
     torch.set_num_threads(1)
+    bundles, aligner, figures = prepare(parser, args)
     entries, _ = read_manifest(args.manifest)
     entries = entries[: args.limit or None]
     if not entries:
         parser.error(f"{args.manifest}: no usable utterances")
-    model, baseline = load_model(args.model), load_model(args.baseline)
-    rate = model.config.model.features.sample_rate
-    chunk = max(1, int(args.chunk_ms * rate / 1000))
-    lags: list[float] = []
-    correct = [0, 0]
-    for entry in entries:
-        samples = entry_audio(entry, rate)
-        words, times = shown_times(model, samples, rate, chunk)
-        base_words, base_times = shown_times(baseline, samples, rate, chunk)
-        reference = entry.text.lower().split()
-        right = []
-        for i, hyp in enumerate((words, base_words)):
-            match = difflib.SequenceMatcher(a=reference, b=hyp, autojunk=False)
-            right.append(
-                {b + k: a + k for a, b, n in match.get_matching_blocks() for k in range(n)}
-            )
-            correct[i] += len(right[i])
-        model_at = {ref: times[pos] for pos, ref in right[0].items()}
-        for pos, ref in right[1].items():
-            if ref in model_at:
-                lags.append(model_at[ref] - base_times[pos])
-    if not lags:
-        print("no word was right in both models' transcripts: nothing to compare")
-        return 1
-    ms = sorted(1000 * x for x in lags)
-    print(f"{len(entries)} utterances of {args.manifest}, {args.chunk_ms:g} ms chunks")
-    print(f"words right: {args.model} {correct[0]}, {args.baseline} {correct[1]}; both: {len(ms)}")
-    print(
-        f"{args.model} shows a word right in both later than {args.baseline} by: "
-        f"median {statistics.median(ms):+.0f} ms, mean {statistics.fmean(ms):+.0f} ms, "
-        f"10th-90th percentile {ms[len(ms) // 10]:+.0f} / {ms[(9 * len(ms)) // 10]:+.0f} ms"
+    chunk = max(1, int(args.chunk_ms * SAMPLE_RATE / 1000))
+    unaligned, words = measure(entries, args.model, bundles, aligner, figures, chunk)
+    result = {
+        "manifest": str(args.manifest),
+        "chunk_ms": args.chunk_ms,
+        "aligner": str(args.aligner),
+        "time": "audio fed",
+        "goal_p95_ms": GOAL_MS,
+        "utterances": len(entries),
+        "reference_words": words,
+        "unaligned": unaligned,
+        "models": [fig.to_dict() for fig in figures],
+    }
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if unaligned < len(entries) else 1
+
+
+def report(result: dict) -> str:
+    """The header lines and the table of :func:`main`'s figures."""
+    aligned = result["utterances"] - result["unaligned"]
+    return "\n".join(
+        [
+            f"{result['utterances']} utterances ({result['reference_words']} words) of "
+            f"{result['manifest']}: {aligned} aligned by {result['aligner']}'s CTC head, "
+            f"{result['unaligned']} skipped (no alignment); {result['chunk_ms']:g} ms chunks",
+            "latency: ms of audio fed from a right word's end to when it was shown; "
+            f"goal p95 <= {GOAL_MS:g} ms",
+            table(result["models"]),
+        ]
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from asr.config import ModelConfig
-from asr.ctc_alignment import ctc_token_positions
+from asr.ctc_alignment import ctc_token_positions, ctc_token_spans
 from asr.model import Seq2Seq
 
 
-def brute_force_positions(log_probs: torch.Tensor, target: list[int]) -> list[int]:
-    """First frame of each token on the best of all label paths that collapse to ``target``."""
+def brute_force_spans(log_probs: torch.Tensor, target: list[int]) -> tuple[list[int], list[int]]:
+    """First and last frame of each token on the best of all label paths that collapse to
+    ``target``."""
     frames, vocab = log_probs.shape
     best, best_path = -float("inf"), None
     for path in itertools.product(range(vocab), repeat=frames):
@@ -24,14 +25,26 @@ def brute_force_positions(log_probs: torch.Tensor, target: list[int]) -> list[in
         if score > best:
             best, best_path = score, path
     if best_path is None:
-        return [-1] * len(target)
-    return [t for t, c in enumerate(best_path) if c != 0 and (t == 0 or best_path[t - 1] != c)]
+        return [-1] * len(target), [-1] * len(target)
+    p = best_path
+    first = [t for t, c in enumerate(p) if c != 0 and (t == 0 or p[t - 1] != c)]
+    last = [t for t, c in enumerate(p) if c != 0 and (t == frames - 1 or p[t + 1] != c)]
+    return first, last
 
 
-def test_positions_equal_exhaustive_search_in_a_padded_batch() -> None:
+def brute_force_positions(log_probs: torch.Tensor, target: list[int]) -> list[int]:
+    """First frame of each token on the best of all label paths that collapse to ``target``."""
+    return brute_force_spans(log_probs, target)[0]
+
+
+def random_padded_batch(
+    count: int,
+) -> tuple[list[tuple[torch.Tensor, list[int]]], tuple[torch.Tensor, ...]]:
+    """``count`` small random cases (repeated tokens and unalignable ones included) and the
+    padded batch of them: log-probs, lengths, targets, target lengths."""
     generator = torch.Generator().manual_seed(0)
     cases = []
-    for _ in range(30):
+    for _ in range(count):
         frames = int(torch.randint(1, 7, (1,), generator=generator))
         units = int(torch.randint(1, 4, (1,), generator=generator))
         target = torch.randint(1, 4, (units,), generator=generator).tolist()  # repeats included
@@ -44,12 +57,59 @@ def test_positions_equal_exhaustive_search_in_a_padded_batch() -> None:
     for b, (lp, target) in enumerate(cases):
         padded[b, : lp.shape[0]] = lp
         targets[b, : len(target)] = torch.tensor(target)
-    positions = ctc_token_positions(
-        padded,
-        torch.tensor([lp.shape[0] for lp, _ in cases]),
-        targets,
-        torch.tensor([len(t) for _, t in cases]),
+    lengths = torch.tensor([lp.shape[0] for lp, _ in cases])
+    target_lens = torch.tensor([len(t) for _, t in cases])
+    return cases, (padded, lengths, targets, target_lens)
+
+
+def test_spans_equal_exhaustive_search_and_first_frames_equal_positions() -> None:
+    cases, batch = random_padded_batch(30)
+    first, last = ctc_token_spans(*batch)
+    assert torch.equal(first, ctc_token_positions(*batch))
+    held = 0
+    for b, (lp, target) in enumerate(cases):
+        expected_first, expected_last = brute_force_spans(lp, target)
+        assert last[b, : len(target)].tolist() == expected_last, (lp, target)
+        assert first[b, : len(target)].tolist() == expected_first, (lp, target)
+        assert (last[b, len(target) :] == -1).all()
+        held += sum(f != e for f, e in zip(expected_first, expected_last))
+    assert held > 0  # some token was held for more than one frame: last != first was exercised
+
+
+def peaked(best: list[int], vocab: int = 4) -> torch.Tensor:
+    """Log-probs [1, T, vocab] where frame t gives ``best[t]`` 0.94 and every other unit 0.02."""
+    probs = torch.full((len(best), vocab), 0.02)
+    probs[torch.arange(len(best)), best] = 0.94
+    return probs.log().unsqueeze(0)
+
+
+@pytest.mark.parametrize(
+    ("best", "target", "first", "last"),
+    [
+        ([0, 1, 1, 1, 0, 2, 0], [1, 2], [1, 5], [3, 5]),  # held three frames, then blank
+        ([1, 1, 0, 1, 1, 1, 0], [1, 1], [0, 3], [1, 5]),  # a repeat: two runs, two spans
+        ([0, 0, 2, 2, 2, 2, 2], [2], [2], [6]),  # held to the last frame
+    ],
+)
+def test_spans_of_hand_made_alignments(
+    best: list[int], target: list[int], first: list[int], last: list[int]
+) -> None:
+    args = (peaked(best), torch.tensor([len(best)]), torch.tensor([target]))
+    spans = ctc_token_spans(*args, torch.tensor([len(target)]))
+    assert [t.tolist() for t in spans] == [[first], [last]]
+    assert ctc_token_positions(*args, torch.tensor([len(target)])).tolist() == [first]
+
+
+def test_too_few_frames_leave_every_token_unaligned() -> None:
+    spans = ctc_token_spans(
+        peaked([1, 1]), torch.tensor([2]), torch.tensor([[1, 1]]), torch.tensor([2])
     )
+    assert [t.tolist() for t in spans] == [[[-1, -1]], [[-1, -1]]]
+
+
+def test_positions_equal_exhaustive_search_in_a_padded_batch() -> None:
+    cases, batch = random_padded_batch(30)
+    positions = ctc_token_positions(*batch)
     impossible = 0
     for b, (lp, target) in enumerate(cases):
         expected = brute_force_positions(lp, target)
