@@ -8,6 +8,7 @@ reports the aggregate real-time factor (wall time / audio seconds).
 
     python bench/load.py --model models/default --clients 50
     python bench/load.py --url ws://host:8000/v1/stream --clients 20 --audio speech.wav
+    python bench/load.py --clients 50 --json load.json   # the printed figures as JSON too
 
 Without --url the server is started as a subprocess (`asr serve`) on a free
 port. Without --audio one sentence is spoken by espeak-ng.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -48,18 +50,23 @@ def main() -> int:
     parser.add_argument("--token", help="API key of the server, if it needs one")
     parser.add_argument("--skip-unpaced", action="store_true")
     parser.add_argument("--server-arg", action="append", default=[], help="extra `asr serve` args")
+    parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         audio = args.audio or spoken(Path(tmp) / "sentence.wav")
         samples, rate = load_file(audio)
+        figures: dict[str, object] = {"clients": args.clients, "audio_seconds": len(samples) / rate}
         with server(args) as url:
             print(f"{args.clients} clients, {len(samples) / rate:.2f} s of audio each, {url}")
             paced = asyncio.run(run_clients(url, args, samples, rate, paced=True))
-            report_paced(paced)
+            figures["paced"] = report_paced(paced)
             if not args.skip_unpaced:
                 started = time.monotonic()
                 unpaced = asyncio.run(run_clients(url, args, samples, rate, paced=False))
-                report_unpaced(unpaced, time.monotonic() - started, len(samples) / rate)
+                wall = time.monotonic() - started
+                figures["unpaced"] = report_unpaced(unpaced, wall, len(samples) / rate)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
@@ -120,26 +127,38 @@ def split(results: list[Transcript | BaseException]) -> tuple[list[Transcript], 
     return done, errors
 
 
-def percentiles(name: str, values: list[float]) -> None:
+def percentiles(name: str, values: list[float]) -> dict[str, float] | None:
+    """Print p50 and p95 of ``values`` (seconds) in ms; return them (None: no values)."""
     if not values:
         print(f"  {name:<22} n/a")
-        return
-    p50, p95 = np.percentile(np.array(values) * 1000, [50, 95])
+        return None
+    p50, p95 = np.percentile(np.array(values) * 1000, [50, 95]).tolist()
     print(f"  {name:<22} p50 {p50:7.0f} ms   p95 {p95:7.0f} ms   (n={len(values)})")
+    return {"p50_ms": p50, "p95_ms": p95, "n": len(values)}
 
 
-def report_paced(results: list[Transcript | BaseException]) -> None:
+def report_paced(results: list[Transcript | BaseException]) -> dict[str, object]:
+    """Print the paced phase's figures and return them (for --json)."""
     done, errors = split(results)
     print("paced (real time):")
     first = [t.first_result_at - t.first_audio_at for t in done if t.first_result_at]
-    percentiles("time to first result", first)
-    percentiles("final latency", [t.end_at - t.stop_at for t in done])
+    first_result = percentiles("time to first result", first)
+    final = percentiles("final latency", [t.end_at - t.stop_at for t in done])
     print(f"  errors                 {len(errors)}")
     for error in sorted(set(errors))[:5]:
         print(f"    {error}")
+    return {
+        "first_result": first_result,
+        "final_latency": final,
+        "errors": len(errors),
+        "error_kinds": sorted(set(errors))[:5],
+    }
 
 
-def report_unpaced(results: list[Transcript | BaseException], wall: float, seconds: float) -> None:
+def report_unpaced(
+    results: list[Transcript | BaseException], wall: float, seconds: float
+) -> dict[str, object]:
+    """Print the unpaced phase's figures and return them (for --json)."""
     done, errors = split(results)
     audio = seconds * len(done)
     rtf = wall / audio if audio else float("nan")
@@ -148,6 +167,7 @@ def report_unpaced(results: list[Transcript | BaseException], wall: float, secon
         f"  {audio:.1f} s of audio in {wall:.1f} s: aggregate RTF {rtf:.3f} ({1 / rtf:.1f}x real time)"
     )
     print(f"  errors                 {len(errors)}")
+    return {"audio_seconds": audio, "wall_seconds": wall, "rtf": rtf, "errors": len(errors)}
 
 
 if __name__ == "__main__":

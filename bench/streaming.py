@@ -1,6 +1,6 @@
 """Streaming benchmark: real-time factor, per-chunk latency, memory per session, linear vs quadratic.
 
-    python bench/streaming.py [--model DIR] [--seconds 60]
+    python bench/streaming.py [--model DIR] [--seconds 60] [--json PATH]
 
 Uses the bundled model (``models/default``) when it exists, otherwise a
 randomly initialised model of the default :class:`Config` size whose monotonic
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="audio for the RTF run")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--base-states", type=int, default=200, help="1x memory for the table")
+    parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     p50, p95 = np.percentile(ms, 50), np.percentile(ms, 95)
     per_session = idle_session_memory(recognizer, audio, args.sessions)
     print(f"\none stream, {args.seconds:.0f} s of audio in 100 ms chunks ({tokens} tokens emitted)")
-    print(f"  machine load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    load = os.getloadavg()[0]
+    print(f"  machine load average {load:.2f} on {os.cpu_count()} cores")
     print(f"  {'figure':<32}{'measured':>12}{'goal':>12}  ok")
     for name, value, goal, unit in [
         ("real-time factor (wall clock)", rtf, GOAL_RTF, ""),
@@ -256,6 +259,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{seconds:>10.3f}{seconds / base[kind]:>7.1f}x"
         )
     print("  goal: monotonic 16x length -> at most 20x time; softmax visibly worse than linear")
+    if args.json:
+        figures = {
+            "model": what,
+            "audio_seconds": args.seconds,
+            "tokens": tokens,
+            "load_average": load,
+            "cores": os.cpu_count(),
+            "threads": torch.get_num_threads(),
+            "rtf": rtf,
+            "cpu_rtf": cpu_rtf,
+            "chunk_ms": {"p50": float(p50), "p95": float(p95), "max": float(ms.max())},
+            "session_mb": per_session / 2**20,
+            "scaling": [
+                {"attention": kind, "length": factor, "tokens": n, "seconds": seconds}
+                for kind, factor, seconds, n in rows
+            ],
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 

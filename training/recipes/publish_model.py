@@ -1,14 +1,19 @@
 """Publish a trained run as the bundled model, with every figure of its card measured here.
 
-Evaluates the run and its softmax baseline on both held-out splits (greedy,
-through the streaming recognizer, exactly as `asr eval`), copies the run's best
-bundle to --out, writes ``metrics.json`` and the model card, and ships a small
-held-out sample (FLAC + manifest) under tests/data/heldout for the test that
-checks the bundled model. Evaluations are cached in each run directory, so a
-rerun after an interruption only does what is missing.
+Two cards, chosen by the run's config. The first generation (fbank front end): evaluates
+the run and its softmax baseline on both held-out splits (greedy and with the language
+model, through the streaming recognizer, exactly as `asr eval`), copies the run's best
+bundle to --out, writes ``metrics.json`` and the model card, and ships a small held-out
+sample (FLAC + manifest) under tests/data/heldout for the test that checks the bundled
+model. The second generation (model.frontend=whisper, issue #17) adds columns, goals,
+benchmarks and step times: training/recipes/whisper_card.py, built on the functions here.
+Evaluations are cached in each run directory, so a rerun after an interruption only does
+what is missing.
 
   python -m training.recipes.publish_model --run exp/monotonic --baseline exp/softmax \\
-      --data data/synth --out models/default
+      --data data/synth --out models/first-gen
+  python -m training.recipes.publish_model --run exp/live/monotonic --baseline exp/live/softmax \\
+      --data data/live --real DIR --steps exp/live/steps.tsv
 """
 
 from __future__ import annotations
@@ -52,29 +57,42 @@ SAMPLE_DIR = REPO / "tests" / "data" / "heldout"
 LM_BEAM, LM_WEIGHT, LM_ORDER = 4, 0.3, 5
 
 
-def evaluate_run(run: Path, data: Path, fused: bool = False) -> dict[str, dict[str, Any]]:
-    """WER/CER of run/best_bundle on each split, cached in run/eval_<split>/summary.json;
-    ``fused``: with beam search and its language model, cached in run/eval_lm_<split>."""
-    bundle = run / "best_bundle"
+def evaluate_run(
+    run: Path,
+    data: Path,
+    fused: bool = False,
+    *,
+    splits: tuple[str, ...] = SPLITS,
+    bundle: Path | None = None,
+    tag: str = "",
+    search: tuple[str, ...] = (),
+) -> dict[str, dict[str, Any]]:
+    """WER/CER of ``bundle`` (default run/best_bundle) on each split, cached in
+    run/eval_<tag><split>/summary.json; ``fused``: with beam search and its language model,
+    cached in run/eval_lm_<tag><split>; ``search``: more `asr eval` options (e.g. --two-pass)."""
+    bundle = bundle or run / "best_bundle"
     inputs = [bundle / "model.safetensors", *([bundle / LM_FILE] if fused else [])]
-    newest = max(path.stat().st_mtime for path in inputs)
     results = {}
-    for split in SPLITS:
-        out = run / f"eval_lm_{split}" if fused else run / f"eval_{split}"
+    for split in splits:
+        out = run / f"eval_{'lm_' if fused else ''}{tag}{split}"
         summary = out / "summary.json"
-        fresh = (
-            summary.is_file()
-            and summary.stat().st_mtime > newest
-            and "by_train_frequency" in json.loads(summary.read_text())
-        )
-        if not fresh:
+        if not (
+            is_fresh(summary, inputs) and "by_train_frequency" in json.loads(summary.read_text())
+        ):
+            print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
-            argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl")]
+            argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl"), *search]
             if fused:
                 argv += ["--beam", str(LM_BEAM), "--lm-weight", str(LM_WEIGHT)]
             run_eval(_eval_parser().parse_args(argv))
         results[split] = json.loads(summary.read_text())
     return results
+
+
+def is_fresh(result: Path, inputs: list[Path]) -> bool:
+    """A cached result counts when it exists and is newer than every input it was made from."""
+    newest = max(path.stat().st_mtime for path in inputs)
+    return result.is_file() and result.stat().st_mtime > newest
 
 
 def _eval_parser() -> argparse.ArgumentParser:
@@ -119,8 +137,11 @@ def _command(card: Path) -> str:
     raise ValueError(f"{card}: no training command line")
 
 
-def corpus_facts(data: Path) -> dict[str, Any]:
-    """What the card says about the corpus, read from its manifests and plan.json."""
+def corpus_facts(
+    data: Path, splits: tuple[str, ...] = SPLITS, data_arg: str = DATA_ARG
+) -> dict[str, Any]:
+    """What the card says about the corpus, read from its manifests and plan.json;
+    ``data_arg``: how the corpus command names the corpus directory."""
     plan = json.loads((data / "plan.json").read_text())
     train = [json.loads(line) for line in (data / "train.jsonl").open(encoding="utf-8")]
     voices: dict[str, set[str]] = {}
@@ -128,31 +149,36 @@ def corpus_facts(data: Path) -> dict[str, Any]:
         voices.setdefault(row["engine"], set()).add(row["voice"])
     sizes = {
         split: sum(1 for _ in (data / f"{split}.jsonl").open(encoding="utf-8"))
-        for split in ("dev", *SPLITS)
+        for split in ("dev", *splits)
     }
     engines = " ".join(plan["engines"])
     text = plan.get("text", list(DEFAULT_TEXT))  # corpora planned before --text have the default
     text_arg = "" if tuple(text) == DEFAULT_TEXT else f" --text {' '.join(text)}"
+    install = " --install" if plan.get("install") else ""
     return {
         "train_utterances": len(train),
         "train_hours": sum(row["duration"] for row in train) / 3600,
         "augmented": sum(bool(row["aug"]) for row in train) / max(len(train), 1),
         "voices": {engine: len(names) for engine, names in sorted(voices.items())},
+        "engines": list(plan["engines"]),
+        "text": list(text),
         "sizes": sizes,
         "command": (
-            f"python -m training.recipes.synth_corpus --out {DATA_ARG} --hours {plan['hours']:g} "
-            f"--seed {plan['seed']} --jobs {plan['jobs']} --aug-prob {plan['aug_prob']:g} \\\n"
-            f"      --test-size {plan['test_size']} --dev-size {plan['dev_size']} --engines {engines}"
-            + text_arg
+            f"python -m training.recipes.synth_corpus --out {data_arg} --hours {plan['hours']:g} "
+            f"--seed {plan['seed']} --jobs {plan['jobs']}{install} --aug-prob {plan['aug_prob']:g}"
+            f" \\\n      --test-size {plan['test_size']} --dev-size {plan['dev_size']} "
+            f"--engines {engines}" + text_arg
         ),
     }
 
 
-def ship_sample(data: Path, per_split: int, max_seconds: float) -> dict[str, int]:
+def ship_sample(
+    data: Path, per_split: int, max_seconds: float, splits: tuple[str, ...] = SPLITS
+) -> dict[str, int]:
     """``per_split`` utterances of at most ``max_seconds`` per split, as FLAC: the first in the
     order of their ids' SHA-1, a fixed pseudo-random mix of engines and voices."""
     counts = {}
-    for split in SPLITS:
+    for split in splits:
         entries, _ = read_manifest(data / f"{split}.jsonl")
         chosen = [
             e
@@ -399,7 +425,8 @@ trained on real speech with `asr train`.
 """
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Both generations' options; the run's config chooses the card (model.frontend)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="the monotonic run directory")
     parser.add_argument("--baseline", type=Path, required=True, help="the softmax run directory")
@@ -412,8 +439,58 @@ def main(argv: list[str] | None = None) -> int:
         help="held-out files per split to ship under tests/data/heldout (0: leave it alone)",
     )
     parser.add_argument("--sample-max-seconds", type=float, default=4.0)
-    args = parser.parse_args(argv)
+    whisper = parser.add_argument_group("second generation (model.frontend=whisper) only")
+    whisper.add_argument(
+        "--first-gen",
+        type=Path,
+        default=REPO / "models" / "first-gen",
+        help="the first-generation bundle, a column of the results (left out if absent)",
+    )
+    whisper.add_argument(
+        "--real",
+        type=Path,
+        help="the directory `python bench/real_speech.py --manifests DIR` wrote (all.jsonl)",
+    )
+    whisper.add_argument("--steps", type=Path, help="the recipe's steps.tsv (step wall times)")
+    whisper.add_argument("--no-rtf", action="store_true", help="skip bench/streaming.py")
+    whisper.add_argument("--no-load", action="store_true", help="skip bench/load.py")
+    whisper.add_argument(
+        "--no-word-latency", action="store_true", help="skip bench/word_latency.py"
+    )
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = args.run / "best_bundle" / "config.json"
+    if not config.is_file():
+        parser.error(f"--run {args.run}: no best_bundle/config.json (not a finished training run)")
+    if Config.load(config).model.frontend == "whisper":
+        # imported here: whisper_card imports this module's shared functions
+        from training.recipes.whisper_card import publish
+
+        return publish(parser, args)
+    return publish_first_gen(args)
+
+
+def copy_bundle(bundle: Path, out: Path) -> None:
+    """``out`` becomes a copy of ``bundle`` (readable by all), whatever it held before."""
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(bundle, out)
+    for path in out.iterdir():
+        path.chmod(0o644)
+
+
+def shown(path: Path) -> str:
+    """A path as a command in the card names it: relative to the repository when inside it."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else path)
+
+
+def publish_first_gen(args: argparse.Namespace) -> int:
+    """The first-generation (fbank) card: greedy and LM-fused columns, word-frequency bands."""
     metrics: dict[str, Any] = {}
     for name, run in (("monotonic", args.run), ("softmax", args.baseline)):
         add_lm(run, args.data)
@@ -423,11 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             "training": training_facts(run),
         }
     bundle = args.run / "best_bundle"
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    shutil.copytree(bundle, args.out)
-    for path in args.out.iterdir():
-        path.chmod(0o644)
+    copy_bundle(bundle, args.out)
     weights = args.out / "model.safetensors"
     metrics["megabytes"] = weights.stat().st_size / 1e6
     metrics["parameters"] = load_model(args.out).model.num_parameters()
@@ -437,10 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     metrics["lm_sentences"] = sum(
         1 for line in (args.data / LM_TEXT).open(encoding="utf-8") if line.strip()
     )
-    out = args.out.resolve()
     metrics["publish_command"] = (
         f"python -m training.recipes.publish_model --run {args.run} --baseline {args.baseline} \\\n"
-        f"      --data {args.data} --out {out.relative_to(REPO) if out.is_relative_to(REPO) else out}"
+        f"      --data {args.data} --out {shown(args.out)}"
     )
     (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     write_card(args.out, metrics)

@@ -1,0 +1,812 @@
+"""The second-generation model card (issue #17): a Whisper-front-end run, published with
+every figure the issue asks for, each measured by the repository's own tools.
+
+On every held-out split the corpus has (seen voices, unseen voices, short utterances) and,
+with --real, on the real recordings: the first-generation model, the new model streaming,
+with two-pass finals, and its softmax baseline (offline), greedy throughout. Then one
+stream's real-time factor (bench/streaming.py), 50 clients on a server (bench/load.py),
+word latency (bench/word_latency.py), the bundle's size, the recipe's step wall times and
+the goals, each met or not. Every measurement is cached in the run directory (evaluations
+as `asr eval` writes them, benchmarks as their --json), so a rerun after an interruption
+only does what is missing. `python -m training.recipes.publish_model` is the entry point:
+it picks this card when the run's config has model.frontend=whisper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from safetensors import safe_open
+
+from asr.bundle import load_model
+from asr.config import Config
+from asr.frontend import BUNDLE_ENCODER_FILE, BUNDLE_TEACHER_FILE, frame_seconds
+from asr.scoring import score
+from training.evaluate import evaluate
+from training.manifest import read_manifest
+from training.recipes.publish_model import (
+    REPO,
+    SPLIT_TITLES,
+    copy_bundle,
+    corpus_facts,
+    evaluate_run,
+    is_fresh,
+    ship_sample,
+    shown,
+    training_facts,
+)
+
+SYNTHETIC = ("test_seen_voices", "test_unseen_voices", "test_short")
+REAL = "real"
+TITLES = {
+    **SPLIT_TITLES,
+    "test_short": "short utterances (1-3 words, digits, letters)",
+    REAL: "real human speech (held out, outside the repository)",
+}
+# issue #17's goals
+WER_GOALS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.15, "test_short": 0.15}
+GAP_GOAL_POINTS = 1.5  # monotonic - softmax, WER points
+REAL_GOALS = {"streaming": 0.20, "two_pass": 0.12}
+RTF_GOAL = 0.1
+LATENCY_GOAL_MS = 400.0  # p95 of final latency under load, and of word latency
+SIZE_GOAL_MB = 120.0
+LOAD_CLIENTS = 50
+LATENCY_UTTERANCES = 200
+GREEDY = ("--beam", "1", "--lm-weight", "0")
+
+
+# -- inputs --------------------------------------------------------------------------------
+def discover_splits(data: Path, real: Path | None) -> dict[str, Path]:
+    """Each synthetic test split the corpus has, then the real recordings (--real DIR's
+    all.jsonl, which must exist); at least one synthetic split is needed."""
+    splits = {s: data / f"{s}.jsonl" for s in SYNTHETIC if (data / f"{s}.jsonl").is_file()}
+    if not splits:
+        raise FileNotFoundError(f"{data}: none of {', '.join(f'{s}.jsonl' for s in SYNTHETIC)}")
+    if real is not None:
+        manifest = real / "all.jsonl"
+        if not manifest.is_file():
+            raise FileNotFoundError(
+                f"--real {real}: no all.jsonl (`python bench/real_speech.py --manifests {real}` "
+                "writes it)"
+            )
+        splits[REAL] = manifest
+    return splits
+
+
+def read_steps(path: Path) -> list[tuple[str, float]]:
+    """Each recipe step's wall seconds in the order the steps first ran, summed over the
+    lines of a step (one per run of it: a resumed step has several); a line that is not
+    ``name<TAB>seconds`` is an error naming it."""
+    totals: dict[str, float] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        name, tab, seconds = line.partition("\t")
+        try:
+            value = float(seconds) if tab and name.strip() else math.nan
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{path}:{number}: expected 'step<TAB>seconds', got {line!r}")
+        totals[name] = totals.get(name, 0.0) + value
+    return list(totals.items())
+
+
+def hours_minutes(seconds: float) -> str:
+    """``h:mm``, to the nearest minute."""
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Path]:
+    """Everything the slow work needs, checked before it starts (parser errors); the splits."""
+    for flag, run in (("--run", args.run), ("--baseline", args.baseline)):
+        for name in ("last.pt", "best_bundle/model.safetensors", "best_bundle/README.md"):
+            if not (run / name).is_file():
+                parser.error(f"{flag} {run}: no {name} (not a finished training run)")
+    for name in ("plan.json", "train.jsonl", "dev.jsonl"):
+        if not (args.data / name).is_file():
+            parser.error(f"--data {args.data}: no {name}")
+    baseline = Config.load(args.baseline / "best_bundle" / "config.json").model
+    if baseline.frontend != "whisper":
+        parser.error(f"--baseline {args.baseline}: not on the Whisper front end like --run")
+    if baseline.attention.kind != "softmax":
+        parser.error(
+            f"--baseline {args.baseline}: {baseline.attention.kind} attention, not softmax"
+        )
+    if not (args.run / "best_bundle" / BUNDLE_TEACHER_FILE).is_file():
+        parser.error(
+            f"--run {args.run}: best_bundle has no {BUNDLE_TEACHER_FILE}, which two-pass finals "
+            "and word-latency alignments need (train with decode.two_pass=true)"
+        )
+    if args.first_gen.resolve() == args.out.resolve():
+        parser.error(f"--first-gen {args.first_gen} is --out: publishing would replace it")
+    if args.steps is not None:
+        try:
+            read_steps(args.steps)
+        except (OSError, ValueError) as err:
+            parser.error(f"--steps: {err}")
+    try:
+        return discover_splits(args.data, args.real)
+    except FileNotFoundError as err:
+        parser.error(str(err))
+
+
+# -- measurements --------------------------------------------------------------------------
+def real_speech() -> ModuleType:
+    """bench/real_speech.py as a module (a script, not a package), for its scoring."""
+    name = "bench_real_speech"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "bench" / "real_speech.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def evaluate_real(
+    bundle: Path, manifest: Path, cache: Path, two_pass: bool | None
+) -> dict[str, Any]:
+    """WER/CER on the real recordings, scored as bench/real_speech.py scores them (its
+    score_text on both sides: fillers dropped, spelled letters joined), cached as
+    cache/summary.json: the summary only, so no transcript of held-out speech lands here."""
+    summary_file = cache / "summary.json"
+    if is_fresh(summary_file, [bundle / "model.safetensors", manifest]):
+        return json.loads(summary_file.read_text())
+    print(f"evaluating {bundle} (two-pass {two_pass}) on {manifest}", flush=True)
+    recognizer = load_model(bundle)
+    recognizer.set_search(1, 0.0, two_pass)
+    entries, _ = read_manifest(manifest)
+    decoded, records = evaluate(recognizer, entries)
+    score_text = real_speech().score_text
+    ids = [e.id for e in entries]
+    refs = [score_text(e.text) for e in entries]
+    hyps = [score_text(r["hyp"]) for r in records]
+    summary, _ = score(ids, refs, hyps)
+    summary["audio_seconds"] = decoded["audio_seconds"]
+    summary["by_set"] = {}
+    for name in dict.fromkeys(uid.split("/", 1)[0] for uid in ids):
+        chosen = [i for i, uid in enumerate(ids) if uid.split("/", 1)[0] == name]
+        part, _ = score(
+            [ids[i] for i in chosen], [refs[i] for i in chosen], [hyps[i] for i in chosen]
+        )
+        summary["by_set"][name] = part
+    cache.mkdir(parents=True, exist_ok=True)
+    summary_file.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def evaluate_columns(
+    args: argparse.Namespace, splits: dict[str, Path]
+) -> dict[str, dict[str, dict[str, Any]] | None]:
+    """Each results column's summaries per split (first_gen None when that bundle is absent)."""
+    synthetic = tuple(s for s in splits if s != REAL)
+    mono, base = args.run / "best_bundle", args.baseline / "best_bundle"
+    columns: dict[str, dict[str, dict[str, Any]] | None] = {
+        "streaming": evaluate_run(
+            args.run, args.data, splits=synthetic, search=(*GREEDY, "--no-two-pass")
+        ),
+        "two_pass": evaluate_run(
+            args.run, args.data, splits=synthetic, tag="two_pass_", search=(*GREEDY, "--two-pass")
+        ),
+        "softmax": evaluate_run(
+            args.baseline, args.data, splits=synthetic, search=(*GREEDY, "--no-two-pass")
+        ),
+        "first_gen": None,
+    }
+    bundles = {"streaming": (mono, False), "two_pass": (mono, True), "softmax": (base, False)}
+    if (args.first_gen / "model.safetensors").is_file():
+        columns["first_gen"] = evaluate_run(
+            args.run,
+            args.data,
+            splits=synthetic,
+            bundle=args.first_gen,
+            tag="first_gen_",
+            search=GREEDY,
+        )
+        bundles["first_gen"] = (args.first_gen, None)
+    else:
+        print(f"no first-generation bundle at {args.first_gen}: its column is left out")
+    if REAL in splits:
+        for name, (bundle, two_pass) in bundles.items():
+            cache = (args.baseline if name == "softmax" else args.run) / f"eval_{name}_{REAL}"
+            column = columns[name]
+            assert column is not None
+            column[REAL] = evaluate_real(bundle, splits[REAL], cache, two_pass)
+    return columns
+
+
+def bench(name: str, argv: list[str], cache: Path, inputs: list[Path]) -> dict[str, Any]:
+    """``python bench/<name>.py ARGV --json CACHE`` unless CACHE is newer than ``inputs``;
+    the figures it wrote."""
+    if not is_fresh(cache, inputs):
+        partial = cache.with_name(cache.name + ".partial")
+        command = [sys.executable, str(REPO / "bench" / f"{name}.py"), *argv]
+        print(f"running {' '.join(command[1:])}", flush=True)
+        done = subprocess.run([*command, "--json", str(partial)], cwd=REPO)
+        if done.returncode != 0 or not partial.is_file():
+            raise RuntimeError(f"bench/{name}.py failed (exit {done.returncode}): {command}")
+        partial.replace(cache)
+    return json.loads(cache.read_text())
+
+
+def run_benchmarks(
+    args: argparse.Namespace, splits: dict[str, Path]
+) -> dict[str, dict[str, Any] | None]:
+    """RTF, load and word latency of the published bundle (None where switched off)."""
+    out = shown(args.out)
+    inputs = [args.run / "best_bundle" / "model.safetensors"]
+    found: dict[str, dict[str, Any] | None] = {"rtf": None, "load": None, "word_latency": None}
+    if not args.no_rtf:
+        found["rtf"] = bench("streaming", ["--model", out], args.run / "bench_rtf.json", inputs)
+    if not args.no_load:
+        argv = ["--model", out, "--clients", str(LOAD_CLIENTS)]
+        found["load"] = bench("load", argv, args.run / "bench_load.json", inputs)
+    if not args.no_word_latency:
+        manifest = splits.get("test_seen_voices", next(iter(splits.values())))
+        argv = ["--model", f"{out}:one-pass", f"{out}:two-pass", "--manifest", str(manifest)]
+        argv += ["--limit", str(LATENCY_UTTERANCES)]
+        cache = args.run / "bench_word_latency.json"
+        found["word_latency"] = bench("word_latency", argv, cache, [*inputs, manifest])
+    return found
+
+
+def tensor_elements(path: Path) -> int:
+    """Parameters in a safetensors file (shapes only: nothing is loaded)."""
+    with safe_open(str(path), "pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+
+
+def model_facts(out: Path) -> dict[str, Any]:
+    """What the card says about the network, from the published bundle."""
+    recognizer = load_model(out)
+    config, model = recognizer.config, recognizer.model
+    cfg = config.model
+    counts = {
+        "whisper_encoder": tensor_elements(out / BUNDLE_ENCODER_FILE),
+        "las_encoder": sum(p.numel() for p in model.encoder.parameters()),
+        "decoder": sum(p.numel() for p in model.decoder.parameters()),
+        "ctc": sum(p.numel() for p in model.ctc.parameters()) if model.ctc is not None else 0,
+    }
+    if (out / BUNDLE_TEACHER_FILE).is_file():
+        counts["whisper_teacher"] = tensor_elements(out / BUNDLE_TEACHER_FILE)
+    frame_ms = 1000 * frame_seconds(cfg)  # one Whisper encoder state
+    return {
+        "parameters": counts,
+        "chunk_ms": round(cfg.whisper.chunk * frame_ms),
+        "left_context_s": cfg.whisper.left_context * frame_ms / 1000,
+        "int8": cfg.whisper.int8,
+        "two_pass_default": config.decode.two_pass,
+        "encoder": {"layers": cfg.encoder.layers, "units": cfg.encoder.units},
+        "reductions": list(cfg.encoder.reductions),
+        "state_ms": round(math.prod(cfg.encoder.reductions) * frame_ms),
+        "decoder": {"layers": cfg.decoder.layers, "units": cfg.decoder.units},
+        "attention": {"kind": cfg.attention.kind, "dim": cfg.attention.dim},
+        "ctc_weight": cfg.ctc_weight,
+        "alignment_weight": cfg.alignment_weight,
+        "alignment_delay": cfg.alignment_delay,
+        "tokenizer": f"{cfg.tokenizer.kind} ({model.vocab_size} tokens)",
+    }
+
+
+def distill_command(student: Path, data: str) -> str:
+    """The `asr distill` command that made ``student`` (the encoder folder inside a
+    distillation's directory): the recipe's, with the manifests, epochs and threads its
+    config.json recorded, when they give that config exactly; otherwise the recorded config
+    itself; the recipe's command with this corpus when nothing was recorded."""
+    out = shown(student.parent)
+    recorded = student.parent / "config.json"
+    recipe = "training/configs/distill.yaml"
+    if not recorded.is_file():
+        return (
+            f"asr distill --config {recipe} --out {out} "
+            f'"distill.train_manifests=[{data}/train.jsonl]" distill.valid_manifest={data}/dev.jsonl'
+            f"  # reconstructed: {shown(recorded)} is missing"
+        )
+    config = Config.load(recorded)
+    d = config.distill
+    settings = [
+        f"distill.train_manifests=[{','.join(d.train_manifests)}]",
+        f"distill.valid_manifest={d.valid_manifest}",
+        f"distill.epochs={d.epochs}",
+        f"distill.threads={d.threads}",
+    ]
+    if Config.load(REPO / recipe, settings).to_dict() == config.to_dict():
+        return f'asr distill --config {recipe} --out {out} "{settings[0]}" {" ".join(settings[1:])}'
+    return f"asr distill --config {shown(recorded)} --out {out}"
+
+
+# -- goals ---------------------------------------------------------------------------------
+def columns_of(metrics: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """Each results column's summaries per split, as metrics.json keeps them."""
+    first = metrics["first_gen"]
+    return {
+        "first_gen": first and first["eval"],
+        "streaming": metrics["monotonic"]["eval"],
+        "two_pass": metrics["monotonic"]["eval_two_pass"],
+        "softmax": metrics["softmax"]["eval"],
+    }
+
+
+def goal_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The figures issue #17's goals are judged on, from metrics.json (None: not measured)."""
+    columns = columns_of(metrics)
+    stream, soft, two_pass = columns["streaming"], columns["softmax"], columns["two_pass"]
+    assert stream is not None and soft is not None and two_pass is not None
+    synthetic = [s for s in SYNTHETIC if s in stream]
+    real = None
+    if REAL in stream:
+        real = {"streaming": stream[REAL]["wer"]["rate"], "two_pass": two_pass[REAL]["wer"]["rate"]}
+    load = None
+    if metrics["load"] is not None:
+        paced = metrics["load"]["paced"]
+        final = paced["final_latency"]
+        load = {"p95_ms": final and final["p95_ms"], "errors": paced["errors"]}
+    word = None
+    if metrics["word_latency"] is not None:
+        row = next(m for m in metrics["word_latency"]["models"] if not m["two_pass"])
+        word = row["latency_ms"] and row["latency_ms"]["p95"]
+    return {
+        "wer": {s: stream[s]["wer"]["rate"] for s in synthetic},
+        "softmax_wer": {s: soft[s]["wer"]["rate"] for s in synthetic},
+        "real": real,
+        "rtf": metrics["rtf"] and metrics["rtf"]["rtf"],
+        "load": load,
+        "word_p95_ms": word,
+        "word_timed": metrics["word_latency"] is None or word is not None,
+        "megabytes": metrics["megabytes"],
+    }
+
+
+def _goal(goal: str, figure: str, met: bool | None) -> dict[str, Any]:
+    return {"goal": goal, "figure": figure, "met": met}
+
+
+def _at_most(
+    goal: str, value: float | None, limit: float, show: str, missing: str = "not measured"
+) -> dict[str, Any]:
+    """A goal met when ``value`` <= ``limit`` (``show`` formats it); None: not measured."""
+    if value is None:
+        return _goal(goal, missing, None)
+    return _goal(goal, show.format(value), value <= limit)
+
+
+def _percent(rate: float | None) -> float | None:
+    return None if rate is None else 100 * rate
+
+
+def evaluate_goals(fig: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal of issue #17 with its measured figure and met (True / False; None: not
+    measured), from :func:`goal_figures`' figures."""
+    goals = [
+        _at_most(
+            f"{TITLES[split]}: WER <= {100 * limit:.0f}%",
+            _percent(fig["wer"].get(split)),
+            100 * limit,
+            "{:.2f}%",
+            "no such split",
+        )
+        for split, limit in WER_GOALS.items()
+    ]
+    for split, rate in fig["wer"].items():
+        gap = round(100 * (rate - fig["softmax_wer"][split]), 6)
+        text = f"monotonic within {GAP_GOAL_POINTS:g} points of softmax ({TITLES[split]})"
+        goals.append(_at_most(text, gap, GAP_GOAL_POINTS, "{:+.2f} points"))
+    for column, limit in REAL_GOALS.items():
+        goals.append(
+            _at_most(
+                f"real speech, {column.replace('_', '-')}: WER <= {100 * limit:.0f}%",
+                None if fig["real"] is None else 100 * fig["real"][column],
+                100 * limit,
+                "{:.2f}%",
+                "not measured (no --real)",
+            )
+        )
+    text = f"one stream on one thread: real-time factor <= {RTF_GOAL:g}"
+    goals.append(_at_most(text, fig["rtf"], RTF_GOAL, "{:.3f}"))
+    text = (
+        f"`bench/load.py --clients {LOAD_CLIENTS}`: p95 final latency <= "
+        f"{LATENCY_GOAL_MS:.0f} ms, no errors"
+    )
+    load = fig["load"]
+    if load is None:
+        goals.append(_goal(text, "not measured", None))
+    else:
+        p95 = load["p95_ms"]
+        shown_p95 = "no final latency" if p95 is None else f"p95 {p95:.0f} ms"
+        met = p95 is not None and p95 <= LATENCY_GOAL_MS and not load["errors"]
+        goals.append(_goal(text, f"{shown_p95}, {load['errors']} errors", met))
+    text = f"word latency p95 <= {LATENCY_GOAL_MS:.0f} ms (streaming pass)"
+    missing = "not measured" if fig.get("word_timed", True) else "no word right to time"
+    goals.append(_at_most(text, fig["word_p95_ms"], LATENCY_GOAL_MS, "{:.0f} ms", missing))
+    text = f"bundle <= {SIZE_GOAL_MB:.0f} MB on disk"
+    goals.append(_at_most(text, fig["megabytes"], SIZE_GOAL_MB, "{:.1f} MB"))
+    return goals
+
+
+def goal_status(goals: list[dict[str, Any]]) -> str:
+    """One paragraph: how many goals the figures meet, which they miss, which were not measured."""
+    met = [g for g in goals if g["met"] is True]
+    missed = [g for g in goals if g["met"] is False]
+    unmeasured = [g for g in goals if g["met"] is None]
+    lines = [f"**It meets {len(met)} of the {len(met) + len(missed)} goals measured here.**"]
+    if missed:
+        lines.append("Not met: " + "; ".join(f"{g['goal']} ({g['figure']})" for g in missed) + ".")
+    if unmeasured:
+        lines.append("Not measured: " + "; ".join(g["goal"] for g in unmeasured) + ".")
+    return " ".join(lines)
+
+
+# -- the card ------------------------------------------------------------------------------
+def _rate(summary: dict[str, Any] | None, key: str = "wer") -> str:
+    return "-" if summary is None else f"{100 * summary[key]['rate']:.2f}%"
+
+
+def results_rows(metrics: dict[str, Any]) -> str:
+    """One row per split: utterances, then each column's WER (CER for streaming) and the gap."""
+    columns = columns_of(metrics)
+    rows = []
+    for split in metrics["splits"]:
+        cell = {name: None if col is None else col[split] for name, col in columns.items()}
+        stream, soft = cell["streaming"], cell["softmax"]
+        assert stream is not None and soft is not None
+        gap = 100 * (stream["wer"]["rate"] - soft["wer"]["rate"])
+        rows.append(
+            f"| {TITLES[split]} | {stream['utterances']} | {_rate(cell['first_gen'])} "
+            f"| {_rate(stream)} | {_rate(stream, 'cer')} | {_rate(cell['two_pass'])} "
+            f"| {_rate(soft)} | {gap:+.2f} |"
+        )
+    return "\n".join(rows)
+
+
+def goal_rows(goals: list[dict[str, Any]]) -> str:
+    marks = {True: "met", False: "**not met**", None: "not measured"}  # bold: what is missed
+    return "\n".join(f"| {g['goal']} | {g['figure']} | {marks[g['met']]} |" for g in goals)
+
+
+def speed_section(metrics: dict[str, Any], out: str) -> str:
+    """RTF, load, word latency and size, each as its benchmark printed it (or why not)."""
+    lines = []
+    rtf = metrics["rtf"]
+    command = f"`python bench/streaming.py --model {out}`"
+    if rtf is None:
+        lines.append(f"- One stream on one thread ({command}): not measured in this publication.")
+    else:
+        lines.append(
+            f"- One stream on one thread ({command}, {rtf['audio_seconds']:g} s of espeak-ng "
+            f"speech in 100 ms chunks): real-time factor {rtf['rtf']:.3f} by the wall clock, "
+            f"{rtf['cpu_rtf']:.3f} in CPU time; per chunk p50 {rtf['chunk_ms']['p50']:.1f} ms, "
+            f"p95 {rtf['chunk_ms']['p95']:.1f} ms; {rtf['session_mb']:.2f} MB per idle session; "
+            f"machine load average {rtf['load_average']:.2f} on {rtf['cores']} cores."
+        )
+    load = metrics["load"]
+    command = f"`python bench/load.py --model {out} --clients {LOAD_CLIENTS}`"
+    if load is None:
+        lines.append(f"- {LOAD_CLIENTS} clients on one server ({command}): not measured.")
+    else:
+        paced, first = load["paced"], load["paced"]["first_result"]
+        final = paced["final_latency"]
+        figures = [
+            f"time to first result p50 {first['p50_ms']:.0f} / p95 {first['p95_ms']:.0f} ms"
+            if first
+            else "no first results",
+            f"final latency p50 {final['p50_ms']:.0f} / p95 {final['p95_ms']:.0f} ms"
+            if final
+            else "no finals",
+            f"{paced['errors']} errors",
+        ]
+        if load.get("unpaced"):
+            figures.append(f"unpaced aggregate real-time factor {load['unpaced']['rtf']:.3f}")
+        lines.append(
+            f"- {load['clients']} clients streaming {load['audio_seconds']:.1f} s each at real-time "
+            f"pace ({command}): {'; '.join(figures)}."
+        )
+    lines.append(word_latency_text(metrics["word_latency"], out))
+    files = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in metrics["files"].items())
+    lines.append(
+        f"- Size on disk: {metrics['megabytes']:.1f} MB ({files}; the card and metrics.json "
+        "add a few kB)."
+    )
+    return "\n".join(lines)
+
+
+def word_latency_text(result: dict[str, Any] | None, out: str) -> str:
+    """The word-latency paragraph and its table (streaming and two-pass finals)."""
+    if result is None:
+        return "- Word latency (`python bench/word_latency.py`): not measured."
+    command = (
+        f"`python bench/word_latency.py --model {out}:one-pass {out}:two-pass --manifest "
+        f"{result['manifest']} --limit {LATENCY_UTTERANCES}`"
+    )
+    aligned = result["utterances"] - result["unaligned"]
+    lines = [
+        f"- Word latency, from a word's end in the audio (CTC forced alignment) to the "
+        f"streaming emission of its last token, in audio time, over {aligned} aligned "
+        f"utterances of {result['manifest']} ({command}):",
+        "",
+        "  | finals | words right (share) | median | p90 | p95 | over 400 ms |",
+        "  |---|---|---|---|---|---|",
+    ]
+    for row in result["models"]:
+        stats = row["latency_ms"]
+        share = row["right_share"]
+        right = str(row["words_right"]) + ("" if share is None else f" ({100 * share:.1f}%)")
+        cells = ["-"] * 4
+        if stats is not None:
+            cells = [f"{stats[k]:.0f} ms" for k in ("median", "p90", "p95")]
+            cells.append(f"{100 * stats['over_400_share']:.1f}%")
+        finals = "two-pass" if row["two_pass"] else "streaming"
+        lines.append(f"  | {finals} | {right} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def steps_table(steps: dict[str, Any] | None) -> str:
+    if steps is None:
+        return "Step wall times were not given (`--steps`)."
+    rows = [f"| {row['step']} | {hours_minutes(row['seconds'])} |" for row in steps["rows"]]
+    total = f"| total | {hours_minutes(steps['total_seconds'])} |"
+    return "\n".join(["| step | wall time (h:mm) |", "|---|---|", *rows, total])
+
+
+def real_text(metrics: dict[str, Any]) -> str:
+    """What the real-speech figures say (or that there are none)."""
+    columns = columns_of(metrics)
+    stream, two_pass, first = columns["streaming"], columns["two_pass"], columns["first_gen"]
+    assert stream is not None and two_pass is not None
+    if REAL not in stream:
+        return (
+            "Real speech was not measured for this card (`--real DIR`, the manifests "
+            "`python bench/real_speech.py --manifests DIR` writes)."
+        )
+    real = stream[REAL]
+    words = real["wer"]["reference_length"]
+    text = (
+        f"On {real['utterances']} real recordings ({real['audio_seconds'] / 60:.1f} minutes, "
+        f"{words} words; `bench/real_speech.py`'s sets, never trained or tuned on) the "
+        f"streaming pass has {_rate(real)} WER and the two-pass finals {_rate(two_pass[REAL])}"
+        f" (goals: {100 * REAL_GOALS['streaming']:.0f}% and {100 * REAL_GOALS['two_pass']:.0f}%)"
+    )
+    if first is not None:
+        text += f"; the first-generation model had {_rate(first[REAL])}"
+    sets = ", ".join(
+        f"{name} {_rate(part)} / {_rate(two_pass[REAL]['by_set'][name])}"
+        for name, part in real["by_set"].items()
+    )
+    return f"{text}. Per set, streaming / two-pass: {sets}."
+
+
+def write_card(out: Path, metrics: dict[str, Any]) -> None:
+    model, corpus, commands = metrics["model"], metrics["corpus"], metrics["commands"]
+    counts = model["parameters"]
+    mono, soft = metrics["monotonic"]["training"], metrics["softmax"]["training"]
+    sizes = corpus["sizes"]
+    held_out = [f"{sizes['dev']} dev utterances (validation, checkpoint choice)"]
+    held_out += [f"{sizes[s]} {TITLES[s]}" for s in metrics["splits"] if s != REAL]
+    history = "\n".join(
+        f"| {int(h['epoch'])} | {h['valid_loss']:.3f} | {100 * h['valid_wer']:.2f}% |"
+        for h in mono["history"]
+        if "valid_wer" in h
+    )
+    first = metrics["first_gen"]
+    text = CARD.format(
+        chunk_ms=model["chunk_ms"],
+        left_s=model["left_context_s"],
+        int8=f"{'int8' if model['int8'] else 'float'} linear layers when serving",
+        enc=model["encoder"],
+        reductions=", ".join(map(str, model["reductions"])),
+        state_ms=model["state_ms"],
+        dec=model["decoder"],
+        att=model["attention"],
+        ctc=model["ctc_weight"],
+        align=model["alignment_weight"],
+        delay=model["alignment_delay"],
+        tokenizer=model["tokenizer"],
+        whisper_m=counts["whisper_encoder"] / 1e6,
+        las_m=counts["las_encoder"] / 1e6,
+        decoder_m=counts["decoder"] / 1e6,
+        ctc_m=counts["ctc"] / 1e6,
+        teacher=(
+            f"; the full-attention teacher for two-pass finals {counts['whisper_teacher'] / 1e6:.1f}M"
+            if "whisper_teacher" in counts
+            else ""
+        ),
+        megabytes=metrics["megabytes"],
+        finals="two-pass" if model["two_pass_default"] else "streaming (one-pass)",
+        status=goal_status(metrics["goals"]),
+        goals=goal_rows(metrics["goals"]),
+        rows=results_rows(metrics),
+        first_gen=(
+            f"First generation: `{first['path']}`, the fbank model this one replaces (the "
+            "same splits, greedy)."
+            if first
+            else "The first-generation model was not found, so its column is empty."
+        ),
+        speed=speed_section(metrics, metrics["out"]),
+        train_utterances=f"{corpus['train_utterances']:,}",
+        train_hours=corpus["train_hours"],
+        voices=", ".join(f"{engine} ({n})" for engine, n in corpus["voices"].items()),
+        text_sources=", ".join(corpus["text"]),
+        augmented=100 * corpus["augmented"],
+        held_out="; ".join(held_out),
+        commands="\n    ".join(commands[k] for k in ("corpus", "distill", "monotonic", "softmax")),
+        publish=commands["publish"],
+        mono=mono,
+        soft=soft,
+        steps=steps_table(metrics["steps"]),
+        history=history or "| - | - | - |",
+        real=real_text(metrics),
+    )
+    (out / "README.md").write_text(text)
+
+
+CARD = """# default: the bundled streaming recognizer (second generation)
+
+The streaming Whisper-base student: Whisper-base's encoder distilled to run under a
+{chunk_ms} ms chunk-causal mask with {left_s:g} s of left context, {int8}. Over it,
+LAS-style unidirectional LSTM layers ({enc[layers]} x {enc[units]}, time reductions
+{reductions}: one state per {state_ms} ms) and a {dec[layers]}-layer {dec[units]}-unit LSTM
+decoder with hard {att[kind]} attention (dim {att[dim]}; Raffel et al., 2017), trained with
+soft monotonic attention and an auxiliary CTC head (weight {ctc}) whose spikes guide each
+token's boundary (weight {align}, delay {delay} states); tokenizer: {tokenizer}.
+
+Parameters: Whisper student {whisper_m:.1f}M, LAS encoder {las_m:.2f}M, decoder
+{decoder_m:.2f}M, CTC head {ctc_m:.3f}M{teacher}. Size: {megabytes:.1f} MB on disk.
+Finals by default: {finals} (`--two-pass` / `--no-two-pass` choose per command or session).
+`asr transcribe`, `asr serve` and the browser page use it by default.
+
+## Goals (issue #17)
+
+{status}
+
+| goal | measured | met |
+|---|---|---|
+{goals}
+
+## Results (greedy WER; hard monotonic attention through the streaming recognizer)
+
+| held-out split | utterances | first generation | streaming | streaming CER | two-pass finals | softmax baseline (offline) | monotonic - softmax (points) |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+{first_gen}
+
+Streaming: this bundle as served, one pass. Two-pass finals: the same, each final decoded
+again from the full-attention teacher's states over its segment (`--two-pass`). Softmax
+baseline: the same encoder and LAS layers with Bahdanau attention over the whole
+utterance, trained on the same data with the same budget, side by side. Real speech is
+scored as `bench/real_speech.py` scores it (fillers dropped, spelled letters joined).
+Every figure is `asr eval` output or a benchmark's, gathered by
+`python -m training.recipes.publish_model` into `metrics.json`.
+
+## Speed, latency, load and size
+
+{speed}
+
+## Data
+
+The synthetic corpus of `training/recipes/synth_corpus.py`:
+{train_utterances} training utterances, {train_hours:.2f} h, read by voices of
+{voices}; text sources: {text_sources}; {augmented:.0f}% of the training utterances
+augmented (speed, noise, reverberation, band-limiting, telephone, level and microphone
+response). Held out: {held_out}. No test utterance takes part in training, distillation
+or checkpoint choice.
+
+## Training (exact commands; `bash training/recipes/whisper_model.sh` runs them all)
+
+    {commands}
+    {publish}
+
+The recipe also fills the trainings' frame cache first (`python -m training.cache_frames`,
+one shard per core), which the trainings would otherwise fill themselves.
+Monotonic: {mono[steps]} steps, {mono[epochs]} epochs, {mono[minutes]} minutes of training.
+Softmax baseline: {soft[steps]} steps, {soft[epochs]} epochs, {soft[minutes]} minutes.
+Both ran on one thread each, side by side on the 2-core machine.
+
+Wall time of each step of the recipe on this machine (resumes added up):
+
+{steps}
+
+## Validation during training (dev split, each epoch)
+
+| epoch | valid loss | WER |
+|---|---|---|
+{history}
+
+## Limits
+
+Every training utterance is synthetic (text-to-speech voices with augmentation); only the
+Whisper encoder it starts from learned from real speech.
+
+{real}
+"""
+
+
+# -- publishing ----------------------------------------------------------------------------
+def publish_command(args: argparse.Namespace, first_gen: bool) -> str:
+    """The publishing command as the card shows it (--real's directory lies outside the
+    repository, so it is named DIR)."""
+    command = (
+        f"python -m training.recipes.publish_model --run {args.run} --baseline {args.baseline} "
+        f"\\\n      --data {args.data} --out {shown(args.out)}"
+    )
+    if first_gen:
+        command += f" --first-gen {shown(args.first_gen)}"
+    if args.real is not None:
+        command += " --real DIR"
+    if args.steps is not None:
+        command += f" --steps {shown(args.steps)}"
+    return command
+
+
+def step_times(path: Path | None) -> dict[str, Any] | None:
+    """The recipe's step wall times (summed over resumes) and their total, for metrics.json."""
+    if path is None:
+        return None
+    rows = [{"step": name, "seconds": seconds} for name, seconds in read_steps(path)]
+    return {"rows": rows, "total_seconds": sum(row["seconds"] for row in rows)}
+
+
+def student_dir(out: Path) -> Path:
+    """The student encoder the bundle was trained on (model.whisper.encoder), as a path."""
+    encoder = Path(Config.load(out / "config.json").model.whisper.encoder)
+    return encoder if encoder.is_absolute() else REPO / encoder
+
+
+def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Measure everything, copy the bundle to --out, write metrics.json and the card."""
+    splits = check_inputs(parser, args)
+    columns = evaluate_columns(args, splits)
+    synthetic = tuple(s for s in splits if s != REAL)
+    training = {
+        name: training_facts(run)
+        for name, run in (("monotonic", args.run), ("softmax", args.baseline))
+    }
+    copy_bundle(args.run / "best_bundle", args.out)
+    files = {p.name: p.stat().st_size for p in sorted(args.out.iterdir()) if p.is_file()}
+    files.pop("README.md", None)  # training's card, replaced below
+    first = columns["first_gen"]
+    corpus = corpus_facts(args.data, synthetic, shown(args.data))
+    metrics: dict[str, Any] = {
+        "generation": 2,
+        "out": shown(args.out),
+        "splits": {s: TITLES[s] for s in splits},
+        "monotonic": {
+            "eval": columns["streaming"],
+            "eval_two_pass": columns["two_pass"],
+            "training": training["monotonic"],
+        },
+        "softmax": {"eval": columns["softmax"], "training": training["softmax"]},
+        "first_gen": first and {"path": shown(args.first_gen), "eval": first},
+        "files": files,
+        "megabytes": sum(files.values()) / 1e6,
+        "model": model_facts(args.out),
+        **run_benchmarks(args, splits),
+        "steps": step_times(args.steps),
+        "corpus": corpus,
+        "commands": {
+            "corpus": corpus["command"],
+            "distill": distill_command(student_dir(args.out), shown(args.data)),
+            "monotonic": training["monotonic"]["command"],
+            "softmax": training["softmax"]["command"],
+            "publish": publish_command(args, first is not None),
+        },
+    }
+    metrics["goals"] = evaluate_goals(goal_figures(metrics))
+    if args.sample:
+        metrics["sample"] = ship_sample(args.data, args.sample, args.sample_max_seconds, synthetic)
+    (args.out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_card(args.out, metrics)
+    print(f"published {args.run / 'best_bundle'} -> {args.out}")
+    marks = {True: "met", False: "NOT met", None: "not measured"}
+    for goal in metrics["goals"]:
+        print(f"  {goal['goal']}: {goal['figure']} ({marks[goal['met']]})")
+    return 0
