@@ -57,7 +57,7 @@ def save_bundle(
     if config.model.frontend == "whisper":
         frontend = load_frontend(config.model)
         writers[BUNDLE_ENCODER_FILE] = lambda p: shutil.copyfile(frontend.encoder_file, p)
-        if config.decode.two_pass:
+        if config.decode.two_pass or config.model.whisper.carry_teacher:
             writers[BUNDLE_TEACHER_FILE] = lambda p: shutil.copyfile(frontend.teacher_file, p)
     for name, write in writers.items():
         tmp = out / f".{name}.tmp"

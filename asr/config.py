@@ -92,6 +92,9 @@ class WhisperConfig:
     chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
     left_context: int = 500  # states before a chunk that it attends to (10 s)
     int8: bool = False  # serve the encoder's linear layers in int8 (dynamic quantisation)
+    # a saved bundle carries the full-attention teacher too (41 MB), so that two-pass finals
+    # can be asked for (--two-pass) even where decode.two_pass leaves them off by default
+    carry_teacher: bool = False
 
     def streaming(self) -> Streaming:
         return Streaming(chunk=self.chunk, left_context=self.left_context)

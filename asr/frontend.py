@@ -108,7 +108,14 @@ class Frontend:
         if self.encoder_file is None:
             return dataclasses.asdict(self.cfg.features)
         digest = hashlib.sha1(self.encoder_file.read_bytes()).hexdigest()
-        return {**dataclasses.asdict(self.cfg.whisper), "encoder": digest}
+        w = self.cfg.whisper
+        return {
+            "floor": w.floor,
+            "chunk": w.chunk,
+            "left_context": w.left_context,
+            "int8": w.int8,
+            "encoder": digest,
+        }
 
 
 class _FbankStream:

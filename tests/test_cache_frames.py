@@ -56,3 +56,13 @@ def test_a_cache_directory_is_required(tmp_path: Path) -> None:
     command += ["--manifest", str(TINY)]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "train.feature_cache is not set" in result.stderr
+
+
+def test_the_cache_key_follows_what_the_frames_depend_on() -> None:
+    def key(*overrides: str) -> dict:
+        return load_frontend(Config.load(TINY, [*WHISPER_OVERRIDES, *overrides]).model).cache_key()
+
+    base = key()
+    assert key("model.whisper.carry_teacher=true", "model.whisper.teacher=elsewhere") == base
+    for changed in ("model.whisper.chunk=16", "model.whisper.int8=true", "model.whisper.floor=-8"):
+        assert key(changed) != base, changed

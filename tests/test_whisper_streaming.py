@@ -200,3 +200,25 @@ def test_two_pass_is_chosen_per_session(
     assert "max_segment_s <= 30" in (recognizer.two_pass_problem() or "")
     assert "full-attention Whisper encoder" in (load_model(whisper_bundle).two_pass_problem() or "")
     assert "fbank front end" in (load_model(tiny_bundle).two_pass_problem() or "")
+
+
+def test_a_bundle_can_carry_the_teacher_with_one_pass_finals_by_default(
+    whisper_bundle: Path, tmp_path: Path, utterances: list[tuple[np.ndarray, int]]
+) -> None:
+    """model.whisper.carry_teacher: the published model serves one-pass finals by default and
+    gives two-pass finals on request, from the teacher it carries."""
+    from asr.frontend import BUNDLE_TEACHER_FILE
+
+    carried = with_two_pass(
+        whisper_bundle,
+        tmp_path / "carry",
+        ["decode.two_pass=false", "model.whisper.carry_teacher=true"],
+    )
+    assert (carried / BUNDLE_TEACHER_FILE).stat().st_size > 40e6
+    recognizer = load_model(carried)
+    assert recognizer.config.decode.two_pass is False and recognizer.two_pass_problem() is None
+    samples, rate = utterances[0]
+    plain = finals(load_model(whisper_bundle).transcribe_segments(samples, rate))
+    assert finals(recognizer.transcribe_segments(samples, rate)) == plain
+    recognizer.set_search(two_pass=True)
+    assert finals(recognizer.transcribe_segments(samples, rate)) != plain
