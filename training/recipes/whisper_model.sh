@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The bundled model, second generation, end to end on a 2-core CPU: a corpus of natural
+# (Kokoro, piper) and older voices reading books, fortunes, glosses and everyday material;
+# the teacher's outputs and the streaming student distilled from them; the student's
+# states cached once; the monotonic model and its softmax baseline trained side by side on
+# them (one thread each, same data and budget); evaluation and publishing.
+# Every step resumes: rerun the script after an interruption. Each step's wall time adds
+# up in $EXP/steps.tsv, which the model card reports.
+#   REAL=DIR     also score the real recordings `python bench/real_speech.py --manifests DIR`
+#                wrote (held out: measured, never trained or tuned on)
+#   PUBLISH=DIR  where the bundle and its card go (default models/default)
+#   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
+set -euo pipefail
+DATA=${DATA:-data/live}
+EXP=${EXP:-exp/live}
+MINUTES=${MINUTES:-120}
+DISTILL_EPOCHS=${DISTILL_EPOCHS:-2}
+REAL=${REAL:-}
+PUBLISH=${PUBLISH:-models/default}
+mkdir -p "$EXP"
+
+step() {  # $1 = name, then the command; its wall time is added to $EXP/steps.tsv
+  local name=$1 start
+  shift
+  echo "== $(date -u +%H:%M:%S) $name"
+  start=$(date +%s)
+  "$@"
+  printf '%s\t%s\n' "$name" "$(($(date +%s) - start))" >> "$EXP/steps.tsv"
+}
+
+corpus() {
+  python -m training.recipes.synth_corpus --out "$DATA" --hours 12 --seed 5 --jobs 2 --install \
+    --engines kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1 \
+    --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
+}
+
+distill() {  # the teacher's outputs are cached first (distill.cache_dir), then the student learns
+  local out=$EXP/student resume=()
+  if [ -f "$out/distill.log" ] && [ "$(tail -n 1 "$out/distill.log" | cut -c1-5)" = "done:" ]; then
+    return
+  fi
+  [ -f "$out/last.pt" ] && resume=(--resume)
+  asr distill --config training/configs/distill.yaml --out "$out" "${resume[@]}" \
+    "distill.train_manifests=[$DATA/train.jsonl]" distill.valid_manifest="$DATA/dev.jsonl" \
+    distill.epochs="$DISTILL_EPOCHS" distill.threads=2
+}
+
+SETTINGS=(model.whisper.encoder="$EXP/student/student" train.feature_cache="$EXP/frames"
+  train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl")
+
+frames() {  # the student's states, once, for both trainings: one shard per core
+  local manifests=("$DATA"/train.jsonl "$DATA"/dev.jsonl "$DATA"/test_*.jsonl)
+  python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
+    --manifest "${manifests[@]}" --shard 1/2 &
+  local first=$!
+  python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
+    --manifest "${manifests[@]}" --shard 2/2
+  wait "$first"
+}
+
+train() {  # $1 = attention kind
+  local resume=()
+  [ -f "$EXP/$1/last.pt" ] && resume=(--resume)
+  asr train --config training/configs/whisper.yaml "${SETTINGS[@]}" train.max_minutes="$MINUTES" \
+    train.threads=1 model.attention.kind="$1" --out "$EXP/$1" "${resume[@]}"
+}
+
+side_by_side() {
+  train monotonic > "$EXP/monotonic.log" 2>&1 &
+  local first=$!
+  train softmax > "$EXP/softmax.log" 2>&1
+  wait "$first"
+}
+
+publish() {  # every evaluation and benchmark of the card, cached in the runs: a rerun resumes
+  local real=()
+  if [ -n "$REAL" ]; then
+    [ -f "$REAL/all.jsonl" ] || python bench/real_speech.py --manifests "$REAL"
+    real=(--real "$REAL")
+  fi
+  python -m training.recipes.publish_model --run "$EXP/monotonic" --baseline "$EXP/softmax" \
+    --data "$DATA" --out "$PUBLISH" --first-gen models/first-gen --steps "$EXP/steps.tsv" "${real[@]}"
+}
+
+step corpus corpus
+step distillation distill
+step frames frames
+step training side_by_side
+publish  # not a timed step: the card it writes reports the others
