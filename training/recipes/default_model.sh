@@ -7,6 +7,7 @@
 # keeps its card elsewhere, e.g.
 #   EXP=exp/wide ARGS="model.encoder.units=320" PUBLISH=exp/wide/card bash training/recipes/default_model.sh
 set -euo pipefail
+source "$(dirname "$0")/steps.sh"
 DATA=${DATA:-data/synth}
 EXP=${EXP:-exp}
 MINUTES=${MINUTES:-75}
@@ -16,17 +17,10 @@ PUBLISH=${PUBLISH:-models/first-gen}  # the second generation is models/default
 python -m training.recipes.synth_corpus --out "$DATA" --hours 24 --seed 0 --jobs 2 --aug-prob 0.8 \
   --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4
 
-train() {  # $1 = attention kind
-  local resume=()
-  [ -f "$EXP/$1/last.pt" ] && resume=(--resume)
-  asr train --config training/configs/default.yaml \
-    train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl" \
-    train.max_minutes="$MINUTES" train.threads=1 model.attention.kind="$1" $ARGS --out "$EXP/$1" "${resume[@]}"
-}
 mkdir -p "$EXP"
-train monotonic > "$EXP/monotonic.log" 2>&1 &
-train softmax > "$EXP/softmax.log" 2>&1 &
-wait
+# shellcheck disable=SC2086  # ARGS is a list of overrides
+train_side_by_side "$EXP" training/configs/default.yaml train.train_manifest="$DATA/train.jsonl" \
+  train.valid_manifest="$DATA/dev.jsonl" train.max_minutes="$MINUTES" $ARGS
 
 # Evaluate both on both held-out splits, publish the monotonic model as $PUBLISH (card,
 # metrics.json); a small held-out sample for tests/test_bundled_model.py ships only when

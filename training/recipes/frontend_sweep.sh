@@ -8,6 +8,7 @@
 #   REAL=DIR  also scores the real recordings that `python bench/real_speech.py
 #             --manifests DIR` wrote (held out: measured, never trained or tuned on)
 set -euo pipefail
+source "$(dirname "$0")/steps.sh"
 DATA=${DATA:-data/probe}
 EXP=${EXP:-exp/frontend-sweep}
 REAL=${REAL:-}
@@ -18,15 +19,9 @@ python -m training.recipes.synth_corpus --out "$DATA" --hours 2.6 --seed 3 --tes
   --dev-size 60 --jobs 2 --engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4
 
 distill() {  # $1 = name, then config overrides
-  local out=$EXP/$1 resume=()
+  local name=$1
   shift
-  if [ -f "$out/distill.log" ] && [ "$(tail -n 1 "$out/distill.log" | cut -c1-5)" = "done:" ]; then
-    return
-  fi
-  [ -f "$out/last.pt" ] && resume=(--resume)
-  asr distill --config training/configs/distill.yaml --out "$out" "${resume[@]}" \
-    "distill.train_manifests=[$DATA/train.jsonl]" distill.valid_manifest="$DATA/dev.jsonl" \
-    distill.epochs=1 distill.warmup_steps=10 distill.valid_every=30 "$@"
+  distill_student "$EXP/$name" "$DATA" distill.epochs=1 distill.warmup_steps=10 distill.valid_every=30 "$@"
 }
 mkdir -p "$EXP"
 distill c8 model.whisper.chunk=8

@@ -11,6 +11,7 @@
 #   PUBLISH=DIR  where the bundle and its card go (default models/default)
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
+source "$(dirname "$0")/steps.sh"
 DATA=${DATA:-data/live}
 EXP=${EXP:-exp/live}
 MINUTES=${MINUTES:-120}
@@ -18,15 +19,7 @@ DISTILL_EPOCHS=${DISTILL_EPOCHS:-2}
 REAL=${REAL:-}
 PUBLISH=${PUBLISH:-models/default}
 mkdir -p "$EXP"
-
-step() {  # $1 = name, then the command; its wall time is added to $EXP/steps.tsv
-  local name=$1 start
-  shift
-  echo "== $(date -u +%H:%M:%S) $name"
-  start=$(date +%s)
-  "$@"
-  printf '%s\t%s\n' "$name" "$(($(date +%s) - start))" >> "$EXP/steps.tsv"
-}
+steps=$EXP/steps.tsv
 
 corpus() {
   python -m training.recipes.synth_corpus --out "$DATA" --hours 12 --seed 5 --jobs 2 --install \
@@ -35,41 +28,24 @@ corpus() {
 }
 
 distill() {  # the teacher's outputs are cached first (distill.cache_dir), then the student learns
-  local out=$EXP/student resume=()
-  if [ -f "$out/distill.log" ] && [ "$(tail -n 1 "$out/distill.log" | cut -c1-5)" = "done:" ]; then
-    return
-  fi
-  [ -f "$out/last.pt" ] && resume=(--resume)
-  asr distill --config training/configs/distill.yaml --out "$out" "${resume[@]}" \
-    "distill.train_manifests=[$DATA/train.jsonl]" distill.valid_manifest="$DATA/dev.jsonl" \
-    distill.epochs="$DISTILL_EPOCHS" distill.threads=2
+  distill_student "$EXP/student" "$DATA" distill.epochs="$DISTILL_EPOCHS" distill.threads=2
 }
 
 SETTINGS=(model.whisper.encoder="$EXP/student/student" train.feature_cache="$EXP/frames"
   train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl")
 
 frames() {  # the student's states, once, for both trainings: one shard per core
-  local manifests=("$DATA"/train.jsonl "$DATA"/dev.jsonl "$DATA"/test_*.jsonl)
-  python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
-    --manifest "${manifests[@]}" --shard 1/2 &
-  local first=$!
-  python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
-    --manifest "${manifests[@]}" --shard 2/2
-  wait "$first"
-}
-
-train() {  # $1 = attention kind
-  local resume=()
-  [ -f "$EXP/$1/last.pt" ] && resume=(--resume)
-  asr train --config training/configs/whisper.yaml "${SETTINGS[@]}" train.max_minutes="$MINUTES" \
-    train.threads=1 model.attention.kind="$1" --out "$EXP/$1" "${resume[@]}"
+  local manifests=("$DATA"/train.jsonl "$DATA"/dev.jsonl "$DATA"/test_*.jsonl) k pids=()
+  for k in 1 2; do
+    python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
+      --manifest "${manifests[@]}" --shard "$k/2" &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
 }
 
 side_by_side() {
-  train monotonic > "$EXP/monotonic.log" 2>&1 &
-  local first=$!
-  train softmax > "$EXP/softmax.log" 2>&1
-  wait "$first"
+  train_side_by_side "$EXP" training/configs/whisper.yaml "${SETTINGS[@]}" train.max_minutes="$MINUTES"
 }
 
 publish() {  # every evaluation and benchmark of the card, cached in the runs: a rerun resumes
@@ -82,8 +58,8 @@ publish() {  # every evaluation and benchmark of the card, cached in the runs: a
     --data "$DATA" --out "$PUBLISH" --first-gen models/first-gen --steps "$EXP/steps.tsv" "${real[@]}"
 }
 
-step corpus corpus
-step distillation distill
-step frames frames
-step training side_by_side
+timed "$steps" corpus corpus
+timed "$steps" distillation distill
+timed "$steps" frames frames
+timed "$steps" training side_by_side
 publish  # not a timed step: the card it writes reports the others

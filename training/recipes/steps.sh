@@ -1,0 +1,47 @@
+# The resumable steps the recipes share (sourced, not run). Each function can be rerun
+# after an interruption: a finished run is skipped, a started one continues from last.pt.
+
+resume_flag() {  # $1 = run dir: --resume when it holds a checkpoint
+  [ -f "$1/last.pt" ] && echo --resume || true
+}
+
+timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall time to the file
+  local tsv=$1 name=$2 start
+  shift 2
+  echo "== $(date -u +%H:%M:%S) $name"
+  start=$(date +%s)
+  "$@"
+  printf '%s\t%s\n' "$name" "$(($(date +%s) - start))" >> "$tsv"
+}
+
+distill_student() {  # $1 = run dir, $2 = corpus dir, then config overrides
+  local out=$1 data=$2
+  shift 2
+  if [ -f "$out/distill.log" ] && [ "$(tail -n 1 "$out/distill.log" | cut -c1-5)" = "done:" ]; then
+    return
+  fi
+  # shellcheck disable=SC2046  # resume_flag prints one word or nothing
+  asr distill --config training/configs/distill.yaml --out "$out" $(resume_flag "$out") \
+    "distill.train_manifests=[$data/train.jsonl]" distill.valid_manifest="$data/dev.jsonl" "$@"
+}
+
+train_side_by_side() {  # $1 = experiment dir, $2 = config, then overrides for both runs
+  # The monotonic model and its softmax baseline, one thread each, same data and budget;
+  # logs in $1/monotonic.log and $1/softmax.log.
+  local exp=$1 config=$2 kind pids=()
+  shift 2
+  for kind in monotonic softmax; do
+    # shellcheck disable=SC2046
+    asr train --config "$config" "$@" train.threads=1 model.attention.kind="$kind" \
+      --out "$exp/$kind" $(resume_flag "$exp/$kind") > "$exp/$kind.log" 2>&1 &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
+}
+
+wait_all() {  # the given background jobs; under set -e, one that failed stops the recipe
+  local pid
+  for pid in "$@"; do
+    wait "$pid"
+  done
+}
