@@ -144,9 +144,12 @@ class MonotonicEnergy(AdditiveEnergy):
         self.g = nn.Parameter(torch.tensor(init_g if init_g is not None else 1 / math.sqrt(dim)))
         self.r = nn.Parameter(torch.tensor(float(init_r)))
 
+    def direction(self) -> Tensor:
+        """``g * v / ||v||``: the weight-normalised energy vector."""
+        return self.g * self.v / self.v.norm()
+
     def score(self, query: Tensor, keys: Tensor) -> Tensor:
-        direction = self.g * self.v / self.v.norm()
-        return torch.tanh(query + keys) @ direction + self.r
+        return torch.tanh(query + keys) @ self.direction() + self.r
 
 
 # --------------------------------------------------------------------------
@@ -242,22 +245,34 @@ class MonotonicAttention(Attention):
         choice stops there and resumes from that position when more memory
         exists, without recomputing anything.
         """
-        q = self.energy.query(query)
-        position = position.clone()
-        selected = torch.full_like(position, -1)
-        active = position < available
-        evaluations = 0
-        while bool(active.any()):
-            idx = active.nonzero().squeeze(1)
-            e = self.energy.score(q[idx], keys[position[idx]])
-            evaluations += idx.numel()
-            hit = e > 0
-            selected[idx[hit]] = position[idx[hit]]
-            miss = idx[~hit]
-            position[miss] += 1
-            active[idx[hit]] = False
-            active[miss] = position[miss] < available
-        return HardScan(selected, position, evaluations)
+        chosen, stops, evaluations = self.walk(
+            self.energy.query(query), self.energy.direction(), keys, position.tolist(), available
+        )
+        return HardScan(torch.tensor(chosen), torch.tensor(stops), evaluations)
+
+    def walk(
+        self, projected: Tensor, direction: Tensor, keys: Tensor, starts: list[int], available: int
+    ) -> tuple[list[int], list[int], int]:
+        """:meth:`scan` on plain integers, for queries the search projected itself
+        (``energy.query``) with the energy's ``direction()``, both once per output step
+        however often its scan resumes: the chosen index per hypothesis (-1: none yet),
+        where each stands, and the energies evaluated.
+
+        This is the serving hot path, one call per arriving state, so the bookkeeping of a
+        handful of hypotheses stays in Python rather than in tiny tensors."""
+        r = self.energy.r
+        chosen, stops, evaluations = [], [], 0
+        for n, p in enumerate(starts):
+            q, found = projected[n : n + 1], -1
+            while p < available:
+                evaluations += 1
+                if bool(torch.tanh(q + keys[p : p + 1]) @ direction + r > 0):
+                    found = p
+                    break
+                p += 1
+            chosen.append(found)
+            stops.append(p)
+        return chosen, stops, evaluations
 
     def hard_context(self, query: Tensor, memory: Tensor, keys: Tensor, selected: Tensor) -> Tensor:
         """Context for chosen indices; the zero vector where nothing was chosen (-1)."""
@@ -295,8 +310,10 @@ class ChunkwiseAttention(MonotonicAttention):
         weights = chunkwise_weights(alpha, u, self.cfg.chunk_width, mask.unsqueeze(1))
         return torch.bmm(weights, memory), alpha, weights
 
-    def scan(self, query: Tensor, keys: Tensor, position: Tensor, available: int) -> HardScan:
-        return super().scan(query, self._split(keys)[0], position, available)
+    def walk(
+        self, projected: Tensor, direction: Tensor, keys: Tensor, starts: list[int], available: int
+    ) -> tuple[list[int], list[int], int]:
+        return super().walk(projected, direction, self._split(keys)[0], starts, available)
 
     def hard_context(self, query: Tensor, memory: Tensor, keys: Tensor, selected: Tensor) -> Tensor:
         width = self.cfg.chunk_width

@@ -49,9 +49,11 @@ class _Beam:
     repeats: Tensor  # [N] tokens already selected at ``pointer``
     # the step in progress (its query exists, its scans may wait for memory)
     pending: tuple[Tensor, list[Tensor], list[Tensor]] | None = None
-    scan_position: Tensor | None = None
-    selected: Tensor | None = None
-    resolved: Tensor | None = None
+    # the step's query as the selection energy projects it, and the energy's direction
+    selector: tuple[Tensor, Tensor] | None = None
+    scan_position: list[int] = field(default_factory=list)  # absolute, per hypothesis
+    found: list[int] = field(default_factory=list)  # absolute state chosen so far (-1: none)
+    selected: Tensor | None = None  # [N] the step's choices, once the step can be taken
     evaluations: int = 0
 
 
@@ -179,13 +181,15 @@ class SegmentSearch:
         attention = decoder.attention
         if beam.pending is None:
             beam.pending = decoder.query(beam.state)
-            n = beam.scores.shape[0]
+            if isinstance(attention, MonotonicAttention):
+                energy = attention.energy
+                beam.selector = (energy.query(beam.pending[0]), energy.direction())
             # A state may select at most ``max_tokens_per_state`` tokens in a row.
-            beam.scan_position = (
-                beam.pointer + (beam.repeats >= self.cfg.max_tokens_per_state).long()
-            )
-            beam.selected = torch.full((n,), -1, dtype=torch.long)
-            beam.resolved = torch.zeros(n, dtype=torch.bool)
+            limit = self.cfg.max_tokens_per_state
+            beam.scan_position = [
+                p + (r >= limit) for p, r in zip(beam.pointer.tolist(), beam.repeats.tolist())
+            ]
+            beam.found = [-1] * len(beam.scan_position)
         query, hs, cs = beam.pending
         memory = self.memory
 
@@ -200,24 +204,27 @@ class SegmentSearch:
             beam.selected = torch.full_like(beam.pointer, memory.total - 1)
         else:
             assert isinstance(attention, MonotonicAttention)
-            todo = (~beam.resolved).nonzero().squeeze(1)
-            if todo.numel():
-                scan = attention.scan(
-                    query[todo],
+            todo = [n for n, at in enumerate(beam.found) if at < 0]
+            if todo:
+                assert beam.selector is not None
+                projected, direction = beam.selector
+                offset = memory.offset
+                found, stops, evaluations = attention.walk(
+                    projected if len(todo) == len(beam.found) else projected[todo],
+                    direction,
                     memory.keys,
-                    beam.scan_position[todo] - memory.offset,
-                    memory.total - memory.offset,
+                    [beam.scan_position[n] - offset for n in todo],
+                    memory.total - offset,
                 )
-                self.evaluations += scan.evaluations
-                beam.scan_position[todo] = scan.position + memory.offset
-                hit = scan.selected >= 0
-                beam.selected[todo[hit]] = scan.selected[hit] + memory.offset
-                beam.resolved[todo[hit]] = True
-            if not bool(beam.resolved.all()):
-                if not complete:
+                self.evaluations += evaluations
+                for n, at, stop in zip(todo, found, stops):
+                    beam.scan_position[n] = stop + offset
+                    beam.found[n] = at + offset if at >= 0 else -1
+                if min(beam.found) < 0 and not complete:
                     return None
-                # Memory is complete and these scans found nothing: "no state chosen".
-            local = torch.where(beam.selected >= 0, beam.selected - memory.offset, beam.selected)
+                # With complete memory, a scan that found nothing is "no state chosen".
+            beam.selected = torch.tensor(beam.found)
+            local = torch.tensor([at - memory.offset if at >= 0 else -1 for at in beam.found])
             context = attention.hard_context(query, memory.states, memory.keys, local)
 
         log_probs = torch.log_softmax(decoder.logits(query, context), dim=-1)

@@ -38,9 +38,13 @@ from asr.model import Seq2Seq  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 from asr.tokenizer import SymbolTokenizer  # noqa: E402
 
-GOAL_RTF = 0.05
-GOAL_P95_MS = 20.0
-GOAL_SESSION_MB = 2.0
+# The goals by front end: the first bundled-model issue's for fbank models; issue #17's for
+# the Whisper front end, whose chunk-causal encoder keeps a key/value ring of its left
+# context per session (no per-chunk or memory goal there).
+GOALS: dict[str, dict[str, float | None]] = {
+    "fbank": {"rtf": 0.05, "p95_ms": 20.0, "session_mb": 2.0},
+    "whisper": {"rtf": 0.1, "p95_ms": None, "session_mb": None},
+}
 CHUNK_S = 0.1
 
 SENTENCES = [
@@ -231,16 +235,17 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"  machine load average {load:.2f} on {os.cpu_count()} cores")
     print(f"  {'figure':<32}{'measured':>12}{'goal':>12}  ok")
+    goals = GOALS[cfg.frontend]
     for name, value, goal, unit in [
-        ("real-time factor (wall clock)", rtf, GOAL_RTF, ""),
-        ("real-time factor (CPU time)", cpu_rtf, GOAL_RTF, ""),
+        ("real-time factor (wall clock)", rtf, goals["rtf"], ""),
+        ("real-time factor (CPU time)", cpu_rtf, goals["rtf"], ""),
         ("p50 per 100 ms chunk", p50, None, " ms"),
-        ("p95 per 100 ms chunk", p95, GOAL_P95_MS, " ms"),
+        ("p95 per 100 ms chunk", p95, goals["p95_ms"], " ms"),
         ("max per 100 ms chunk", ms.max(), None, " ms"),
         (
             f"memory per idle session (RSS/{args.sessions})",
             per_session / 2**20,
-            GOAL_SESSION_MB,
+            goals["session_mb"],
             " MB",
         ),
     ]:
