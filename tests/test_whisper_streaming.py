@@ -119,6 +119,40 @@ def test_int8_encoder_stays_near_float(whisper_bundle: Path, utterances: list) -
     assert torch.equal(torch.from_numpy(int8.compute(samples)), b)
 
 
+def test_int8_streams_batched_together_give_each_its_frames_alone(
+    whisper_bundle: Path, utterances: list
+) -> None:
+    """int8 scales activations per call: a server batching a loud session with a quiet one
+    must not let the loud one set the quiet one's precision (nor any session another's)."""
+    import torch
+
+    from asr.audio import resample
+    from asr.config import Config
+    from asr.frontend import frames_of_many, load_frontend
+
+    config = Config.load(whisper_bundle / "config.json", ["model.whisper.int8=true"])
+    int8 = load_frontend(config.model, whisper_bundle)
+    audio = [resample(*utterances[i], 16000) * gain for i, gain in ((0, 8.0), (1, 0.05), (2, 1.0))]
+    alone = []
+    for x in audio:
+        stream = int8.stream()
+        alone.append(np.concatenate([stream.accept(x), stream.finish()]))
+    streams = [int8.stream() for _ in audio]
+    parts: list[list[np.ndarray]] = [[] for _ in audio]
+    step = 1600
+    for start in range(0, max(len(x) for x in audio), step):
+        live = [k for k, x in enumerate(audio) if start < len(x)]  # each ends with its last chunk
+        out = frames_of_many(
+            [streams[k] for k in live],
+            [audio[k][start : start + step] for k in live],
+            [start + step >= len(audio[k]) for k in live],
+        )
+        for k, frames in zip(live, out):
+            parts[k].append(frames)
+    for k, expected in enumerate(alone):
+        assert torch.equal(torch.from_numpy(np.concatenate(parts[k])), torch.from_numpy(expected))
+
+
 def test_two_pass_finals_come_from_the_teacher_over_each_segment(
     whisper_bundle: Path, tmp_path: Path, utterances: list[tuple[np.ndarray, int]]
 ) -> None:
