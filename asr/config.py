@@ -192,10 +192,16 @@ class TrainConfig:
     # attention stay float32); on a CPU with AVX512-BF16 a step of the default model takes
     # about 0.6 of float32's time (bench/train.py prints both).
     precision: Literal["float32", "bfloat16"] = "float32"
+    # Whisper front end: the share of training batches that read the full-attention teacher's
+    # states (model.whisper.teacher) instead of the student's, so the layers over them also
+    # know what two-pass finals feed them; validation reads the student's. 0: student only.
+    teacher_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.lr_schedule == "minutes" and self.max_minutes <= 0:
             raise ValueError("train.lr_schedule=minutes needs train.max_minutes > 0")
+        if not 0.0 <= self.teacher_share <= 1.0:
+            raise ValueError(f"train.teacher_share must be within 0..1, got {self.teacher_share}")
 
 
 @dataclass

@@ -64,6 +64,7 @@ class Frontend:
     encoder_file: Path | None = None
     teacher: WhisperEncoder | None = None  # full attention, for two-pass finals
     teacher_file: Path | None = None
+    causal: bool = True  # False: the teacher's view, whole utterances only (teacher_view)
 
     @property
     def dim(self) -> int:
@@ -78,6 +79,8 @@ class Frontend:
         return self.cfg.features.sample_rate if self.cfg.frontend == "fbank" else SAMPLE_RATE
 
     def stream(self) -> FrontendStream:
+        if not self.causal:
+            raise ValueError("the full-attention teacher reads whole segments; it cannot stream")
         if self.encoder is None:
             return _FbankStream(self.cfg)
         return _WhisperStream(self.cfg, self.encoder)
@@ -90,7 +93,17 @@ class Frontend:
             stream = self.stream()
             return np.concatenate([stream.accept(samples), stream.finish()])
         mel = torch.from_numpy(log_mel(samples, self.cfg.whisper.floor))
-        return self.encoder.encode_whole(mel, self.cfg.whisper.streaming()).numpy()
+        mask = self.cfg.whisper.streaming() if self.causal else None
+        return self.encoder.encode_whole(mel, mask).numpy()
+
+    def teacher_view(self) -> Frontend:
+        """The full-attention teacher as a front end of whole utterances: the states a
+        two-pass final reads for a segment that is the whole utterance (training mixes them
+        in, ``train.teacher_share``, and caches them under their own key)."""
+        cfg = dataclasses.replace(
+            self.cfg, whisper=dataclasses.replace(self.cfg.whisper, int8=False)
+        )
+        return Frontend(cfg, self.full_attention(), self.teacher_file, causal=False)
 
     def full_attention(self) -> WhisperEncoder:
         """The teacher two-pass finals read (loaded on first use)."""
@@ -109,13 +122,14 @@ class Frontend:
             return dataclasses.asdict(self.cfg.features)
         digest = hashlib.sha1(self.encoder_file.read_bytes()).hexdigest()
         w = self.cfg.whisper
-        return {
+        key = {
             "floor": w.floor,
             "chunk": w.chunk,
             "left_context": w.left_context,
             "int8": w.int8,
             "encoder": digest,
         }
+        return key if self.causal else {**key, "full_attention": True}
 
 
 class _FbankStream:

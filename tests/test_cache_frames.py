@@ -66,3 +66,59 @@ def test_the_cache_key_follows_what_the_frames_depend_on() -> None:
     assert key("model.whisper.carry_teacher=true", "model.whisper.teacher=elsewhere") == base
     for changed in ("model.whisper.chunk=16", "model.whisper.int8=true", "model.whisper.floor=-8"):
         assert key(changed) != base, changed
+
+
+def test_teacher_states_are_cached_for_the_training_manifest_and_read(
+    tmp_path: Path, speech_dir: Path
+) -> None:
+    """train.teacher_share: the shards also cache the full-attention teacher's states of the
+    training manifest (what a two-pass final reads for the whole utterance, no more), and a
+    training with the share finds both kinds cached."""
+    import torch
+
+    from asr.whisper_features import log_mel
+
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=4)
+    dev = write_manifest(tmp_path / "dev.jsonl", speech_dir, count=2)
+    cache = tmp_path / "frames"
+    settings = [*WHISPER_OVERRIDES, f"train.feature_cache={cache}", "train.teacher_share=1.0"]
+    settings += [f"train.train_manifest={manifest}"]
+    command = [sys.executable, "-m", "training.cache_frames", "--config", str(TINY), *settings]
+    result = subprocess.run(
+        [*command, "--manifest", str(manifest), str(dev)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    # 4 student + 4 teacher for train; dev's 2 utterances are train's first 2: no new file
+    assert len(list(cache.glob("*.npy"))) == 8
+
+    frontend = load_frontend(Config.load(TINY, settings).model)
+    teacher = frontend.teacher_view()
+    assert teacher.cache_key() != frontend.cache_key()
+    with pytest.raises(ValueError, match="cannot stream"):
+        teacher.stream()
+    samples = resample(*read_audio(speech_dir / "utt00.wav"), 16000)
+    with torch.no_grad():
+        second_pass, _ = frontend.full_attention()(torch.from_numpy(log_mel(samples, -7.0))[None])
+    computed = teacher.compute(samples)
+    assert np.allclose(computed, second_pass[0].numpy(), atol=1e-5)
+    cached = [np.load(f) for f in cache.glob("*.npy")]
+    assert sum(np.array_equal(c, computed) for c in cached if c.shape == computed.shape) == 1
+
+    steps = ["train.max_steps=2", "train.max_batch_seconds=20", "train.valid_decode_max=0"]
+    result = run_training(train_command(tmp_path / "run", manifest, *settings, *steps))
+    assert "teacher train features: 4 utterances (0 computed, rest cached)" in result.stdout
+    assert "train features: 4 utterances (0 computed, rest cached)" in result.stdout
+
+
+def test_a_teacher_share_needs_the_whisper_front_end(tmp_path: Path, speech_dir: Path) -> None:
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=2)
+    command = train_command(tmp_path / "run", manifest, "train.teacher_share=0.5")
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "teacher_share needs model.frontend=whisper" in result.stderr
+    command = train_command(tmp_path / "run", manifest, "train.teacher_share=1.5")
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "teacher_share must be within 0..1" in result.stderr

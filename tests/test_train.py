@@ -305,3 +305,27 @@ def test_specaugment_masks_with_zeros_inside_lengths() -> None:
     assert (y == 0).any() and (y == 1).float().mean() > 0.5
     time_masked = (y == 0).all(dim=2)  # whole frames masked
     assert not time_masked[2, 50:].any() and time_masked[2].sum() <= 10  # 2 masks <= 10% of 50
+
+
+def test_a_teacher_share_moves_that_share_of_batches_to_the_teacher_states(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    from training.dataset import Utterance, UtteranceDataset, teacher_batches
+
+    batches = make_batches([10 + i % 7 for i in range(200)], 40, seed=3, epoch=0)
+    assert teacher_batches(batches, 200, 0.0, 3, 0) == batches
+    mixed = teacher_batches(batches, 200, 0.3, 3, 0)
+    assert mixed == teacher_batches(batches, 200, 0.3, 3, 0)  # drawn from (seed, epoch)
+    assert mixed != teacher_batches(batches, 200, 0.3, 3, 1)
+    moved = [m for m, b in zip(mixed, batches) if m != b]
+    assert all(m == [200 + i for i in b] for m, b in zip(mixed, batches) if m != b)
+    assert 0.15 < len(moved) / len(batches) < 0.45
+    assert all(min(b) >= 200 for b in teacher_batches(batches, 200, 1.0, 3, 0))
+
+    np.save(tmp_path / "s.npy", np.zeros((3, 2), np.float32))
+    np.save(tmp_path / "t.npy", np.ones((3, 2), np.float32))
+    utt = Utterance("u", tmp_path / "s.npy", 3, "a", [1], tmp_path / "t.npy")
+    data = UtteranceDataset([utt])
+    assert data[0][1].sum() == 0 and data[1][1].sum() == 6

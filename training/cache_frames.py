@@ -4,7 +4,8 @@ The Whisper front end's states cost most of a run's preparation (about 0.05 of r
 time per core in int8), and two runs over the same front end (the monotonic model and
 its softmax baseline) need the same frames. Run one shard per core into the shared
 ``train.feature_cache``; both trainings then find every frame cached. A rerun skips
-what is cached, so an interrupted fill resumes.
+what is cached, so an interrupted fill resumes. With ``train.teacher_share`` the full-
+attention teacher's states of the training manifest are cached too.
 
   python -m training.cache_frames --config training/configs/whisper.yaml \\
       model.whisper.encoder=exp/live/student/student train.feature_cache=exp/live/frames \\
@@ -52,11 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # one shard per core
     frontend = load_frontend(config.model)
     rank, world = args.shard
-    for manifest in args.manifest:
+    jobs = [(manifest, frontend, "") for manifest in args.manifest]
+    if config.train.teacher_share > 0:  # and the teacher's states of the training manifest
+        train = Path(config.train.train_manifest).resolve()
+        teacher = frontend.teacher_view()
+        jobs += [(m, teacher, " teacher") for m in args.manifest if m.resolve() == train]
+    for manifest, source, name in jobs:
         entries, _ = read_manifest(manifest, log=sys.stderr)
-        desc = f"{manifest} {rank + 1}/{world}"
+        desc = f"{manifest}{name} {rank + 1}/{world}"
         # this shard's share, as a training rank takes it, with its own progress bar
-        cache_features(entries[rank::world], frontend, Path(config.train.feature_cache), desc=desc)
+        cache_features(entries[rank::world], source, Path(config.train.feature_cache), desc=desc)
     return 0
 
 

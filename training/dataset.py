@@ -41,6 +41,7 @@ class Utterance:
     frames: int
     text: str
     tokens: list[int]
+    teacher_features: Path | None = None  # the full-attention teacher's states (teacher_share)
 
 
 @dataclass
@@ -130,12 +131,14 @@ def build_utterances(
     tokenizer: Tokenizer,
     min_frames: int,
     log: Callable[[str], None] = print,
+    teacher: dict[str, tuple[Path, int]] | None = None,
 ) -> list[Utterance]:
-    """Utterances with features and non-empty targets; too-short ones are reported and skipped."""
+    """Utterances with features and non-empty targets; too-short ones are reported and skipped.
+    With ``teacher`` (the teacher's states, as many frames), only utterances that have both."""
     utterances = []
     short = 0
     for entry in entries:
-        if entry.id not in features:
+        if entry.id not in features or (teacher is not None and entry.id not in teacher):
             continue
         path, frames = features[entry.id]
         if frames < min_frames:
@@ -143,7 +146,8 @@ def build_utterances(
             continue
         tokens = tokenizer.encode(entry.text)
         if tokens:
-            utterances.append(Utterance(entry.id, path, frames, entry.text, tokens))
+            teacher_path = None if teacher is None else teacher[entry.id][0]
+            utterances.append(Utterance(entry.id, path, frames, entry.text, tokens, teacher_path))
     if short:
         log(f"skipped {short} utterances shorter than one encoder state ({min_frames} frames)")
     return utterances
@@ -192,17 +196,33 @@ def make_batches(
 
 
 class UtteranceDataset(Dataset):
-    """Loads one utterance's cached features; a batch sampler groups them."""
+    """Loads one utterance's cached features; a batch sampler groups them. Index
+    ``len + i`` is utterance i read through the teacher (:func:`teacher_batches`)."""
 
     def __init__(self, utterances: Sequence[Utterance]) -> None:
         self.utterances = list(utterances)
 
     def __len__(self) -> int:
-        return len(self.utterances)
+        return 2 * len(self.utterances)
 
     def __getitem__(self, index: int) -> tuple[Utterance, np.ndarray]:
-        utt = self.utterances[index]
-        return utt, np.load(utt.features)
+        utt = self.utterances[index % len(self.utterances)]
+        if index < len(self.utterances):
+            return utt, np.load(utt.features)
+        if utt.teacher_features is None:
+            raise ValueError(f"{utt.id}: no teacher states cached (train.teacher_share)")
+        return utt, np.load(utt.teacher_features)
+
+
+def teacher_batches(
+    batches: list[list[int]], count: int, share: float, seed: int, epoch: int
+) -> list[list[int]]:
+    """``share`` of the batches (drawn from (seed, epoch)) read the teacher's states: their
+    indices move to ``count + i`` (:class:`UtteranceDataset`)."""
+    if share <= 0:
+        return batches
+    chosen = np.random.default_rng([seed, epoch, 1]).random(len(batches)) < share
+    return [[count + i for i in b] if t else b for b, t in zip(batches, chosen.tolist())]
 
 
 def collate(items: Sequence[tuple[Utterance, np.ndarray]]) -> Batch:

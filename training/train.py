@@ -44,10 +44,11 @@ from asr.bundle import save_bundle
 from asr.config import Config
 from asr.decoding import decode_batch
 from asr.features import CMVN
-from asr.frontend import load_frontend
+from asr.frontend import Frontend, load_frontend
 from asr.model import Seq2Seq
 from asr.scoring import wer
 from asr.tokenizer import SentencePieceTokenizer, SymbolTokenizer, Tokenizer, load_tokenizer
+from asr.whisper_encoder import WEIGHTS_FILE
 from training.dataset import (
     Batch,
     SpecAugment,
@@ -58,6 +59,7 @@ from training.dataset import (
     collate,
     compute_cmvn,
     make_batches,
+    teacher_batches,
 )
 from training.manifest import Entry, read_manifest
 
@@ -102,6 +104,14 @@ def check_config(config: Config, out: Path, resume: bool) -> None:
         raise ValueError("train.epochs, max_batch_seconds and lr must be positive")
     if resume and not (out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {out / 'last.pt'} does not exist")
+    if t.teacher_share > 0:
+        if config.model.frontend != "whisper":
+            raise ValueError("train.teacher_share needs model.frontend=whisper (a teacher)")
+        teacher = Path(config.model.whisper.teacher) / WEIGHTS_FILE
+        if not teacher.is_file():
+            raise FileNotFoundError(
+                f"train.teacher_share: the teacher {teacher} does not exist (model.whisper.teacher)"
+            )
     Seq2Seq(config.model, 4)  # validates the architecture settings
 
 
@@ -267,10 +277,12 @@ class Trainer:
     def feature_dir(self) -> Path:
         return Path(self.cfg.feature_cache) if self.cfg.feature_cache else self.out / "features"
 
-    def _features(self, entries: list[Entry], desc: str) -> dict[str, tuple[Path, int]]:
-        cache = self.feature_dir
+    def _features(
+        self, entries: list[Entry], desc: str, frontend: Frontend | None = None
+    ) -> dict[str, tuple[Path, int]]:
+        cache, frontend = self.feature_dir, frontend or self.frontend
         parts = self.ddp.gather(
-            cache_features(entries, self.frontend, cache, self.ddp.rank, self.ddp.world, desc)
+            cache_features(entries, frontend, cache, self.ddp.rank, self.ddp.world, desc)
         )
         return {k: v for part in parts for k, v in part.items()}
 
@@ -295,12 +307,18 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(self.config.model, self.tokenizer.vocab_size)
         reduction = self.model.encoder.reduction
+        teacher = None
+        if self.cfg.teacher_share > 0:
+            teacher = self._features(
+                train_entries, "teacher train features", self.frontend.teacher_view()
+            )
         self.train_set = build_utterances(
             train_entries,
             self._features(train_entries, "train features"),
             self.tokenizer,
             reduction,
             self.log,
+            teacher,
         )
         self.valid_set = build_utterances(
             valid_entries,
@@ -344,9 +362,11 @@ class Trainer:
         )
 
     def _order(self, epoch: int) -> list[list[int]]:
-        return make_batches(
+        batches = make_batches(
             [u.frames for u in self.train_set], self.max_frames, self.cfg.seed, epoch
         )
+        share = self.cfg.teacher_share
+        return teacher_batches(batches, len(self.train_set), share, self.cfg.seed, epoch)
 
     # -- checkpoints ------------------------------------------------------------------
     def _rng_state(self) -> dict[str, Any]:
@@ -475,7 +495,7 @@ class Trainer:
             stats["stop"] = float(bool(limit))
             totals = self.ddp.all_sum(torch.tensor(list(stats.values()), dtype=torch.float64))
             stats = dict(zip(stats, totals.tolist()))
-            seconds = sum(self.train_set[i].frames for i in global_batch) * self.frame_seconds
+            seconds = sum(u.frames for u in self._utterances(global_batch)) * self.frame_seconds
             speed = seconds / max(time.monotonic() - t0, 1e-9)
             smoothed = stats["loss"] if smoothed is None else 0.9 * smoothed + 0.1 * stats["loss"]
             bar.set_postfix(loss=f"{smoothed:.3f}", audio_s_per_s=f"{speed:.1f}", refresh=False)
@@ -496,9 +516,13 @@ class Trainer:
         bar.close()
         return False
 
+    def _utterances(self, global_batch: list[int]) -> list[Utterance]:
+        """A batch's utterances (an index past the set is one read through the teacher)."""
+        return [self.train_set[i % len(self.train_set)] for i in global_batch]
+
     def _step(self, global_batch: list[int], batch: Batch | None) -> dict[str, float]:
         """Forward and backward of this rank's share, summed gradients, clip, update."""
-        utts = [self.train_set[i] for i in global_batch]
+        utts = self._utterances(global_batch)
         ctc_tokens = sum(len(u.tokens) for u in utts)
         normalizer = (float(ctc_tokens + len(utts)), float(max(1, ctc_tokens)))
         self.optimizer.zero_grad(set_to_none=False)
