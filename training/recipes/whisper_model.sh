@@ -2,8 +2,9 @@
 # The bundled model, second generation, end to end on a 2-core CPU: a corpus of natural
 # (Kokoro, piper) and older voices reading books, fortunes, glosses and everyday material;
 # the teacher's outputs and the streaming student distilled from them; the student's
-# states (and the teacher's, which train.teacher_share mixes in) cached once; the monotonic model and its softmax baseline trained side by side on
-# them (one thread each, same data and budget); evaluation and publishing.
+# states (and the teacher's, which train.teacher_share mixes in) cached once; the
+# monotonic model and its softmax baseline trained side by side on them (one thread each,
+# same data and budget); evaluation and publishing.
 # Every step resumes: rerun the script after an interruption. Each step's wall time adds
 # up in $EXP/steps.tsv, which the model card reports.
 #   REAL=DIR     also score the real recordings `python bench/real_speech.py --manifests DIR`
