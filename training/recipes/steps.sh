@@ -6,12 +6,30 @@ resume_flag() {  # $1 = run dir: --resume when it holds a checkpoint
 }
 
 timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall time to the file
-  local tsv=$1 name=$2 start
+  # A step killed with its session (no trap runs on SIGKILL) still counts: a heartbeat
+  # touches $1.running every minute, and the next run adds that run's time up to its last
+  # beat before starting.
+  local tsv=$1 name=$2 start beat status=0
   shift 2
+  settle_killed_step "$tsv"
   echo "== $(date -u +%H:%M:%S) $name"
   start=$(date +%s)
-  "$@"
+  printf '%s\t%s\n' "$name" "$start" > "$tsv.running"
+  (while sleep 60; do touch "$tsv.running"; done) &
+  beat=$!
+  "$@" || status=$?
+  kill "$beat" 2>/dev/null || true
+  rm -f "$tsv.running"
   printf '%s\t%s\n' "$name" "$(($(date +%s) - start))" >> "$tsv"
+  return "$status"
+}
+
+settle_killed_step() {  # $1 = steps.tsv: a killed step's time, start to its last heartbeat
+  local tsv=$1 name start
+  [ -f "$tsv.running" ] || return 0
+  read -r name start < "$tsv.running"
+  printf '%s\t%s\n' "$name" "$(($(stat -c %Y "$tsv.running") - start))" >> "$tsv"
+  rm -f "$tsv.running"
 }
 
 distill_student() {  # $1 = run dir, $2 = corpus dir, then config overrides
