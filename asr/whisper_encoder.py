@@ -20,6 +20,7 @@ with random position offsets (``position_offset`` in :meth:`forward`).
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,9 +379,13 @@ def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
     """A copy whose linear layers run in int8 (weights per row, activations per call and
     batch item, see :class:`PerItem`): about half the float time on one CPU thread; the
     convolutions and attention stay float."""
-    copied = torch.ao.quantization.quantize_dynamic(
-        copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
-    )
+    with warnings.catch_warnings():
+        # torch announces the quantisation API's deprecation on every load; a command that
+        # prints transcripts must not print that too
+        warnings.simplefilter("ignore", (UserWarning, DeprecationWarning))
+        copied = torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
+        )
     for layer in copied.layers:
         for name in ("qkv", "out", "fc1", "fc2"):
             setattr(layer, name, PerItem(getattr(layer, name)))

@@ -150,7 +150,16 @@ def launch(tmp_path: Path, wav: Path) -> tuple[subprocess.Popen, int]:
     return process, int(port_file.read_text().split()[0])
 
 
-SPEECH = HELDOUT / "test_seen_voices" / "01.flac"
+SPEECH = (
+    HELDOUT
+    / max(  # the longest shipped held-out sentence: seconds of speech to capture
+        (
+            json.loads(line)
+            for line in (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()
+        ),
+        key=lambda row: row["duration"],
+    )["audio"]
+)
 
 
 @pytest.fixture(scope="module")
