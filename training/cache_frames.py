@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(manifest, frontend, "") for manifest in args.manifest]
     if config.train.teacher_share > 0:  # and the teacher's states of the training manifest
         train = Path(config.train.train_manifest).resolve()
-        teacher = frontend.teacher_view()
-        jobs += [(m, teacher, " teacher") for m in args.manifest if m.resolve() == train]
+        named = [m for m in args.manifest if m.resolve() == train]
+        if named:  # the teacher is loaded only when it has work
+            teacher = frontend.teacher_view()
+            jobs += [(m, teacher, " teacher") for m in named]
     for manifest, source, name in jobs:
         entries, _ = read_manifest(manifest, log=sys.stderr)
         desc = f"{manifest}{name} {rank + 1}/{world}"

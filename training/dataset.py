@@ -206,12 +206,18 @@ class UtteranceDataset(Dataset):
         return 2 * len(self.utterances)
 
     def __getitem__(self, index: int) -> tuple[Utterance, np.ndarray]:
-        utt = self.utterances[index % len(self.utterances)]
+        utt = utterance_at(self.utterances, index)
         if index < len(self.utterances):
             return utt, np.load(utt.features)
         if utt.teacher_features is None:
             raise ValueError(f"{utt.id}: no teacher states cached (train.teacher_share)")
         return utt, np.load(utt.teacher_features)
+
+
+def utterance_at(utterances: Sequence[Utterance], index: int) -> Utterance:
+    """The utterance a batch index stands for (``len + i``: utterance i, read through the
+    teacher)."""
+    return utterances[index % len(utterances)]
 
 
 def teacher_batches(

@@ -60,6 +60,7 @@ from training.dataset import (
     compute_cmvn,
     make_batches,
     teacher_batches,
+    utterance_at,
 )
 from training.manifest import Entry, read_manifest
 
@@ -518,7 +519,7 @@ class Trainer:
 
     def _utterances(self, global_batch: list[int]) -> list[Utterance]:
         """A batch's utterances (an index past the set is one read through the teacher)."""
-        return [self.train_set[i % len(self.train_set)] for i in global_batch]
+        return [utterance_at(self.train_set, i) for i in global_batch]
 
     def _step(self, global_batch: list[int], batch: Batch | None) -> dict[str, float]:
         """Forward and backward of this rank's share, summed gradients, clip, update."""
