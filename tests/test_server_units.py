@@ -227,6 +227,11 @@ def test_worker_respects_max_batch_size():
         await asyncio.gather(
             *(worker.accept(Recorder(), np.zeros(1, np.float32)) for _ in range(10))
         )
+        # a batch is counted after its outcomes are delivered: the last may lag the gather
+        for _ in range(100):
+            if sum(sizes) == 10:
+                break
+            await asyncio.sleep(0.01)
         await worker.close()
 
     asyncio.run(main())
