@@ -1,6 +1,6 @@
-"""Streaming benchmark: real-time factor, per-chunk latency, memory per session, linear vs quadratic.
+"""Streaming benchmark: real-time factor, per-chunk latency, memory per session, streams per core, linear vs quadratic.
 
-    python bench/streaming.py [--model DIR] [--seconds 60] [--json PATH]
+    python bench/streaming.py [--model DIR] [--seconds 60] [--batch 25] [--json PATH]
 
 Uses the bundled model (``models/default``) when it exists, otherwise a
 randomly initialised model of the default :class:`Config` size whose monotonic
@@ -35,7 +35,9 @@ from asr.config import Config  # noqa: E402
 from asr.decoding import SegmentSearch, drain  # noqa: E402
 from asr.features import CMVN, Fbank  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
+from asr.frontend import frames_of_many  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
+from asr.streaming import step_sessions  # noqa: E402
 from asr.tokenizer import SymbolTokenizer  # noqa: E402
 
 # The goals by front end: the first bundled-model issue's for fbank models; issue #17's for
@@ -46,6 +48,7 @@ GOALS: dict[str, dict[str, float | None]] = {
     "whisper": {"rtf": 0.1, "p95_ms": None, "session_mb": None},
 }
 CHUNK_S = 0.1
+LOAD_CLIENTS = 50  # bench/load.py's goal: 50 real-time clients on this machine
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog",
@@ -142,6 +145,34 @@ def stream_timing(
     return total / seconds, cpu / seconds, times, tokens
 
 
+def batched_timing(recognizer: Recognizer, audio16k: np.ndarray, n: int) -> tuple[float, float]:
+    """(wall seconds per stream per second of audio, and the front end's part of that) for
+    n sessions stepped together in 100 ms chunks, as a server's model process steps the
+    sessions it serves: its inverse is how many real-time streams one core carries."""
+    chunk = int(16000 * CHUNK_S)
+    shift = len(audio16k) // max(n, 1)
+    clips = [np.roll(audio16k, k * shift) for k in range(n)]  # each session its own words
+    starts = range(0, len(audio16k), chunk)
+    step_sessions([recognizer.stream(16000)], [audio16k[:chunk]])  # warm-up
+
+    sessions = [recognizer.stream(16000) for _ in range(n)]
+    start = time.perf_counter()
+    for i in starts:
+        step_sessions(sessions, [c[i : i + chunk] for c in clips])
+    step_sessions(sessions, [None] * n)
+    whole = time.perf_counter() - start
+
+    assert recognizer.frontend is not None
+    streams = [recognizer.frontend.stream() for _ in range(n)]
+    start = time.perf_counter()
+    for i in starts:
+        frames_of_many(streams, [c[i : i + chunk] for c in clips], [False] * n)
+    frames_of_many(streams, [c[:0] for c in clips], [True] * n)
+    front = time.perf_counter() - start
+    seconds = n * len(audio16k) / 16000
+    return whole / seconds, front / seconds
+
+
 def rss_bytes() -> int:
     try:
         import psutil
@@ -205,6 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "default")
     parser.add_argument("--seconds", type=float, default=60.0, help="audio for the RTF run")
     parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=LOAD_CLIENTS // (os.cpu_count() or 1),
+        help="sessions stepped together for the per-core capacity (default: the load goal's "
+        "clients per core)",
+    )
+    parser.add_argument(
+        "--batch-seconds", type=float, default=8.0, help="audio per session of that run"
+    )
     parser.add_argument("--base-states", type=int, default=200, help="1x memory for the table")
     parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
     args = parser.parse_args(argv)
@@ -253,6 +294,18 @@ def main(argv: list[str] | None = None) -> int:
         ok = "" if goal is None else ("yes" if value <= goal else "NO")
         print(f"  {name:<32}{value:>9.3f}{unit:<3}{goal_text:>12}  {ok}")
 
+    batch_audio = audio[: int(16000 * args.batch_seconds)]
+    batch_rtf, batch_front = batched_timing(recognizer, batch_audio, args.batch)
+    cores = LOAD_CLIENTS * batch_rtf
+    print(
+        f"\n{args.batch} sessions stepped together on one thread (as one model process of the "
+        f"server), {len(batch_audio) / 16000:g} s each"
+    )
+    print(f"  {'per-stream real-time factor':<40}{batch_rtf:>8.3f}")
+    print(f"  {'  of which the front end':<40}{batch_front:>8.3f}")
+    print(f"  {'real-time streams one core carries':<40}{1 / batch_rtf:>8.1f}")
+    print(f"  {f'cores {LOAD_CLIENTS} streams need at this rate':<40}{cores:>8.2f}")
+
     print(f"\ndecode only, fixed random memory ({args.base_states} states = 1x), one run")
     print(f"  {'attention':<10}{'length':>7}{'states':>8}{'tokens':>8}{'seconds':>10}{'x time':>8}")
     rows = scaling_table(args.base_states)
@@ -276,6 +329,14 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_rtf": cpu_rtf,
             "chunk_ms": {"p50": float(p50), "p95": float(p95), "max": float(ms.max())},
             "session_mb": per_session / 2**20,
+            "batched": {
+                "sessions": args.batch,
+                "audio_seconds": len(batch_audio) / 16000,
+                "rtf": batch_rtf,
+                "front_end_rtf": batch_front,
+                "streams_per_core": 1 / batch_rtf,
+                f"cores_for_{LOAD_CLIENTS}": cores,
+            },
             "scaling": [
                 {"attention": kind, "length": factor, "tokens": n, "seconds": seconds}
                 for kind, factor, seconds, n in rows

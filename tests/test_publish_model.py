@@ -24,6 +24,7 @@ from training.recipes.whisper_card import (
     goal_status,
     hours_minutes,
     read_steps,
+    speed_section,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -235,6 +236,7 @@ def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> No
     out = tmp_path / "rtf.json"
     command = [sys.executable, "bench/streaming.py", "--model", str(tmp_path / "none")]
     command += ["--seconds", "2", "--sessions", "2", "--base-states", "10", "--json", str(out)]
+    command += ["--batch", "3", "--batch-seconds", "1"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
@@ -244,6 +246,20 @@ def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> No
     assert [(r["attention"], r["length"]) for r in figures["scaling"]] == [
         (kind, n) for kind in ("monotonic", "softmax") for n in (1, 4, 16)
     ]
+    batched = figures["batched"]
+    assert (batched["sessions"], batched["audio_seconds"]) == (3, 1)
+    assert 0 < batched["front_end_rtf"] and 0 < batched["rtf"]
+    assert batched["streams_per_core"] == pytest.approx(1 / batched["rtf"])
+    assert batched["cores_for_50"] == pytest.approx(50 * batched["rtf"])
+    assert "3 sessions stepped together on one thread" in done.stdout
+    assert f"{'real-time streams one core carries':<40}{1 / batched['rtf']:>8.1f}" in done.stdout
+
+    # the card says what the bench measured
+    metrics = {"rtf": figures, "load": None, "word_latency": None, "files": {}, "megabytes": 0.0}
+    card = speed_section(metrics, "models/x")
+    assert f"real-time factor {figures['rtf']:.3f} by the wall clock" in card
+    assert f"one core carries {batched['streams_per_core']:.1f} real-time streams" in card
+    assert f"50 streams need {50 * batched['rtf']:.2f} cores" in card
 
 
 # -- one tiny run pair published end to end ------------------------------------------------

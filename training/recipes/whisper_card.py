@@ -488,6 +488,16 @@ def speed_section(metrics: dict[str, Any], out: str) -> str:
             f"p95 {rtf['chunk_ms']['p95']:.1f} ms; {rtf['session_mb']:.2f} MB per idle session; "
             f"machine load average {rtf['load_average']:.2f} on {rtf['cores']} cores."
         )
+        batched = rtf.get("batched")
+        if batched:
+            lines.append(
+                f"- {batched['sessions']} sessions stepped together on one thread, as one model "
+                f"process of the server steps its sessions (the same command, "
+                f"{batched['audio_seconds']:g} s each): {batched['rtf']:.3f} of real time per "
+                f"stream, {batched['front_end_rtf']:.3f} of it in the front end; one core "
+                f"carries {batched['streams_per_core']:.1f} real-time streams, so "
+                f"{LOAD_CLIENTS} streams need {batched[f'cores_for_{LOAD_CLIENTS}']:.2f} cores."
+            )
     load = metrics["load"]
     command = f"`python bench/load.py --model {out} --clients {LOAD_CLIENTS}`"
     if load is None:
