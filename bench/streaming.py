@@ -34,8 +34,8 @@ from asr.bundle import load_model  # noqa: E402
 from asr.config import Config  # noqa: E402
 from asr.decoding import SegmentSearch, drain  # noqa: E402
 from asr.features import CMVN, Fbank  # noqa: E402
-from asr.model import Seq2Seq  # noqa: E402
 from asr.frontend import frames_of_many  # noqa: E402
+from asr.model import Seq2Seq  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 from asr.streaming import step_sessions  # noqa: E402
 from asr.tokenizer import SymbolTokenizer  # noqa: E402
