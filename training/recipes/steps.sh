@@ -15,7 +15,8 @@ timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall tim
   echo "== $(date -u +%H:%M:%S) $name"
   start=$(date +%s)
   printf '%s\t%s\n' "$name" "$start" > "$tsv.running"
-  (while sleep 60; do touch "$tsv.running"; done) &
+  # (its own output closed: a sleep it leaves behind must not hold the recipe's pipes open)
+  (while sleep 60; do touch "$tsv.running"; done) > /dev/null 2>&1 &
   beat=$!
   "$@" || status=$?
   kill "$beat" 2>/dev/null || true
