@@ -334,8 +334,6 @@ def main(argv: list[str] | None = None) -> int:
                 "audio_seconds": len(batch_audio) / 16000,
                 "rtf": batch_rtf,
                 "front_end_rtf": batch_front,
-                "streams_per_core": 1 / batch_rtf,
-                f"cores_for_{LOAD_CLIENTS}": cores,
             },
             "scaling": [
                 {"attention": kind, "length": factor, "tokens": n, "seconds": seconds}

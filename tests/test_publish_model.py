@@ -249,8 +249,7 @@ def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> No
     batched = figures["batched"]
     assert (batched["sessions"], batched["audio_seconds"]) == (3, 1)
     assert 0 < batched["front_end_rtf"] and 0 < batched["rtf"]
-    assert batched["streams_per_core"] == pytest.approx(1 / batched["rtf"])
-    assert batched["cores_for_50"] == pytest.approx(50 * batched["rtf"])
+    assert f"{'cores 50 streams need at this rate':<40}{50 * batched['rtf']:>8.2f}" in done.stdout
     assert "3 sessions stepped together on one thread" in done.stdout
     assert f"{'real-time streams one core carries':<40}{1 / batched['rtf']:>8.1f}" in done.stdout
 
@@ -258,7 +257,7 @@ def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> No
     metrics = {"rtf": figures, "load": None, "word_latency": None, "files": {}, "megabytes": 0.0}
     card = speed_section(metrics, "models/x")
     assert f"real-time factor {figures['rtf']:.3f} by the wall clock" in card
-    assert f"one core carries {batched['streams_per_core']:.1f} real-time streams" in card
+    assert f"one core carries {1 / batched['rtf']:.1f} real-time streams" in card
     assert f"50 streams need {50 * batched['rtf']:.2f} cores" in card
 
 

@@ -495,8 +495,8 @@ def speed_section(metrics: dict[str, Any], out: str) -> str:
                 f"process of the server steps its sessions (the same command, "
                 f"{batched['audio_seconds']:g} s each): {batched['rtf']:.3f} of real time per "
                 f"stream, {batched['front_end_rtf']:.3f} of it in the front end; one core "
-                f"carries {batched['streams_per_core']:.1f} real-time streams, so "
-                f"{LOAD_CLIENTS} streams need {batched[f'cores_for_{LOAD_CLIENTS}']:.2f} cores."
+                f"carries {1 / batched['rtf']:.1f} real-time streams, so "
+                f"{LOAD_CLIENTS} streams need {LOAD_CLIENTS * batched['rtf']:.2f} cores."
             )
     load = metrics["load"]
     command = f"`python bench/load.py --model {out} --clients {LOAD_CLIENTS}`"
