@@ -16,7 +16,7 @@ doubling shrink as a model nears what it can learn, so even that slope is the op
 reading: the compute it prints is a lower bound for this model and data.
 
     python bench/budget_scaling.py --data data/synth --out exp/scaling --minutes 19 38 \\
-        --known models/default --set train.seed=1 train.tokenizer=models/default/tokenizer.model
+        --known models/first-gen --set train.seed=1 train.tokenizer=models/first-gen/tokenizer.model
 
 --known BUNDLE adds a published bundle (its metrics.json gives its steps; the shipped one
 was trained by this recipe with seed 1 and that tokenizer) as a point without training

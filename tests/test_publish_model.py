@@ -18,6 +18,7 @@ from training.recipes import publish_model
 from training.recipes.publish_model import corpus_facts, status
 from training.recipes.whisper_card import (
     TITLES,
+    baseline_text,
     discover_splits,
     distill_command,
     evaluate_goals,
@@ -153,6 +154,27 @@ def test_goals_are_met_or_not_on_the_figures() -> None:
     text = goal_status(evaluate_goals(bad))
     assert text.startswith("**It meets 8 of the 12 goals measured here.**")
     assert "Not met: unseen sentences, seen voices: WER <= 10% (11.00%)" in text
+
+
+def test_a_looping_softmax_baseline_is_called_out() -> None:
+    def summary(subs: int, dels: int, ins: int) -> dict:
+        errors = subs + dels + ins
+        return {"wer": {"substitutions": subs, "deletions": dels, "insertions": ins,
+                        "errors": errors, "reference_length": 100, "rate": errors / 100}}
+
+    def metrics(soft_seen: dict) -> dict:
+        return {
+            "first_gen": None,
+            "monotonic": {"eval": {"test_seen_voices": summary(20, 5, 3),
+                                   "test_short": summary(10, 2, 1)},
+                          "eval_two_pass": {}},
+            "softmax": {"eval": {"test_seen_voices": soft_seen, "test_short": summary(9, 2, 2)}},
+        }
+
+    text = baseline_text(metrics(summary(30, 10, 41)))
+    assert "unseen sentences, seen voices: 41 insertions of 81 errors (streaming: 3 of 28)" in text
+    assert "short utterances" not in text  # 2 insertions against 11 other errors: no loop
+    assert baseline_text(metrics(summary(30, 10, 40))) == ""  # as many, not more
 
 
 def test_goals_not_measured_are_said_so() -> None:

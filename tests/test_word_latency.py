@@ -18,7 +18,7 @@ from tests.conftest import WHISPER_OVERRIDES, build_bundle, load_bench, with_two
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "tests" / "data" / "heldout"
 SEEN = HELDOUT / "test_seen_voices.jsonl"
-MODEL = REPO / "models" / "default"  # an fbank bundle: it streams, but cannot align
+MODEL = REPO / "models" / "first-gen"  # an fbank bundle: it streams, but cannot align
 RATE = 16000
 CHUNK = RATE // 50  # the bench's default 20 ms
 TOO_MANY = 40  # words of a reference too long to align to the shortest held-out file
