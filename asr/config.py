@@ -145,6 +145,11 @@ class DecodeConfig:
     # Shallow fusion: add this times the bundle's token n-gram log-probabilities (lm.npz,
     # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
     lm_weight: float = 0.0
+    # Partials from a greedy search without the LM, so they come as fast as greedy decoding
+    # does (a beam's partials wait until all its hypotheses agree); each final is then
+    # decoded again over its segment's encoder states with beam_size and lm_weight (the
+    # teacher's states with two_pass). Finals may then differ from the last partial.
+    greedy_partials: bool = False
 
 
 @dataclass
@@ -196,6 +201,10 @@ class TrainConfig:
     # states (model.whisper.teacher) instead of the student's, so the layers over them also
     # know what two-pass finals feed them; validation reads the student's. 0: student only.
     teacher_share: float = 0.0
+    # a model bundle to start from: its weights, tokenizer and CMVN (its model settings must
+    # be these), so training goes on from a published model, e.g. after the machine and the
+    # checkpoints that trained it are gone; empty: random weights
+    init: str = ""
 
     def __post_init__(self) -> None:
         if self.lr_schedule == "minutes" and self.max_minutes <= 0:

@@ -35,6 +35,9 @@ class Segment:
     positions: list[int]  # selected encoder state per token (absolute index; -1: none)
     start: int  # first encoder state of the segment
     end: int  # encoder state after the last one of the segment
+    # its encoder states [end - start, D], when the search keeps them (keep_segments) so that
+    # the final can be decoded again over them
+    states: Tensor | None = None
 
 
 @dataclass
@@ -86,6 +89,7 @@ class SegmentSearch:
     model: Seq2Seq
     cfg: DecodeConfig
     lm: TokenLM | None = None
+    keep_segments: bool = False  # hold each segment's states until it ends (Segment.states)
     memory: _Memory = field(init=False)
     beam: _Beam = field(init=False)
     segment_start: int = field(init=False, default=0)
@@ -293,6 +297,9 @@ class SegmentSearch:
         # Every segment moves the start forward, so decoding always terminates.
         next_start = max(next_start, self.segment_start + 1)
         segment = Segment(tokens, positions, self.segment_start, next_start)
+        if self.keep_segments:
+            offset = self.memory.offset
+            segment.states = self.memory.states[self.segment_start - offset : next_start - offset]
         self.restart_at(next_start)
         return segment
 
@@ -305,7 +312,7 @@ class SegmentSearch:
     def _trim(self) -> None:
         """Drop states no hypothesis can read again: bounded memory for endless streams."""
         attention = self.model.decoder.attention
-        if isinstance(attention, SoftmaxAttention):
+        if isinstance(attention, SoftmaxAttention) or self.keep_segments:
             keep_from = self.segment_start
         else:
             keep_from = int(self.beam.pointer.min()) - attention.lookback
@@ -319,12 +326,16 @@ def decode_batch(
     """Offline decoding of a padded batch: encoder batched, then the online search per utterance."""
     model.eval()
     memory, mem_lens = model.encode(feats, feat_lens)
-    results = []
-    for b in range(memory.shape[0]):
-        search = SegmentSearch(model, cfg)
-        search.append(memory[b, : int(mem_lens[b])])
-        results.append(drain(search))
-    return results
+    return [search_states(model, memory[b, : int(mem_lens[b])], cfg) for b in range(len(memory))]
+
+
+def search_states(
+    model: Seq2Seq, states: Tensor, cfg: DecodeConfig, lm: TokenLM | None = None
+) -> list[Segment]:
+    """The online search over complete encoder states [n, D]: every non-empty segment."""
+    search = SegmentSearch(model, cfg, lm)
+    search.append(states)
+    return drain(search)
 
 
 def drain(search: SegmentSearch) -> list[Segment]:

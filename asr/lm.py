@@ -45,10 +45,19 @@ class TokenLM:
     ) -> None:
         self.vocab_size = vocab_size
         self.order = len(orders) + 1
+        if vocab_size ** max(self.order - 1, 1) >= 2**63:
+            raise ValueError(
+                f"a {self.order}-gram over {vocab_size} tokens has more contexts than 64-bit "
+                "keys can number: use a lower order"
+            )
         self._unigram = unigram.astype(np.float64)
         self._orders = []
         for contexts, offsets, nexts, alphas, gammas in orders:
-            index = {tuple(row): i for i, row in enumerate(contexts.tolist())}
+            # contexts as sorted 64-bit keys (a few bytes each; a dict of tuples would hold
+            # hundreds of MB in every server process)
+            keys = _context_keys(contexts, vocab_size)
+            rows = np.argsort(keys, kind="stable")
+            index = (keys[rows], rows, contexts)
             self._orders.append((index, offsets, nexts, alphas, gammas))
         self._cache: dict[tuple[int, ...], Tensor] = {}
 
@@ -101,7 +110,7 @@ class TokenLM:
             return cached
         probs = self._unigram.copy()
         for k, (index, offsets, nexts, alphas, gammas) in enumerate(self._orders, start=1):
-            row = index.get(context[len(context) - k :])
+            row = _find(index, context[len(context) - k :], self.vocab_size)
             if row is None:  # a longer context containing this one is unseen as well
                 break
             lo, hi = offsets[row], offsets[row + 1]
@@ -126,7 +135,7 @@ class TokenLM:
             "unigram": self._unigram.astype(np.float32),
         }
         for k, (index, offsets, nexts, alphas, gammas) in enumerate(self._orders, start=1):
-            arrays[f"contexts{k}"] = np.asarray(list(index), dtype=np.int32).reshape(len(index), k)
+            arrays[f"contexts{k}"] = index[2].astype(np.int32).reshape(-1, k)
             arrays[f"offsets{k}"] = offsets
             arrays[f"nexts{k}"] = nexts
             arrays[f"alphas{k}"] = alphas
@@ -159,6 +168,26 @@ class TokenLM:
                 f"{path}: unigram table has shape {unigram.shape}, expected ({vocab_size},)"
             )
         return cls(vocab_size, unigram, orders)  # type: ignore[arg-type]
+
+
+def _context_keys(contexts: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Each context (a row of token ids) as one integer: its ids as digits base vocab_size."""
+    keys = np.zeros(len(contexts), dtype=np.int64)
+    for column in np.asarray(contexts, dtype=np.int64).reshape(len(contexts), -1).T:
+        keys = keys * vocab_size + column
+    return keys
+
+
+def _find(
+    index: tuple[np.ndarray, np.ndarray, np.ndarray], context: Sequence[int], vocab_size: int
+) -> int | None:
+    """The row of ``context`` in an order's table (None: not seen in training)."""
+    keys, rows, _ = index
+    key = 0
+    for token in context:
+        key = key * vocab_size + token
+    at = int(np.searchsorted(keys, key))
+    return int(rows[at]) if at < len(keys) and keys[at] == key else None
 
 
 def _discount(counts: dict[tuple[int, ...], Counter[int]]) -> float:

@@ -13,13 +13,14 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from asr.audio import StreamResampler, check_sample_rate, check_samples
 from asr.config import Config, DecodeConfig
-from asr.decoding import Segment, SegmentSearch, decode_batch
+from asr.decoding import Segment, SegmentSearch, search_states
 from asr.events import Event
 from asr.frontend import Frontend, frames_of_many
 from asr.lm import TokenLM
@@ -151,7 +152,18 @@ class StreamingSession:
         if self._teacher is not None:
             self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)
-        self._search = SegmentSearch(model, config.decode, lm)
+        self._lm = lm
+        # greedy partials: the search that runs as audio comes is greedy without the LM, and
+        # each final is decoded again with the beam and the LM over its segment's states
+        self._decode_finals = decode.greedy_partials and (
+            decode.beam_size > 1 or decode.lm_weight > 0
+        )
+        if self._decode_finals:
+            greedy = replace(decode, beam_size=1, lm_weight=0.0)
+            keep = self._teacher is None  # two-pass finals read the teacher's states instead
+            self._search = SegmentSearch(model, greedy, keep_segments=keep)
+        else:
+            self._search = SegmentSearch(model, decode, lm)
         self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))
         self._hop_tail = np.zeros(0, dtype=np.float32)
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
@@ -256,6 +268,8 @@ class StreamingSession:
         self._partial = []
         if segment is not None and self._teacher is not None:
             segment = self._second_pass(segment)
+        elif segment is not None and self._decode_finals:
+            segment = self._decode_again(segment, segment.states)
         if segment is None or not segment.tokens:
             return []
         event = self._event("final", segment.tokens, segment.start, segment.end, segment.positions)
@@ -273,8 +287,15 @@ class StreamingSession:
         if not segment.tokens or len(mel) < 2:
             return segment  # the streaming pass heard nothing here: no second look
         states, _ = self._teacher(mel.unsqueeze(0))
-        length = torch.tensor([states.shape[1]])
-        found = decode_batch(self.model, states, length, self.config.decode)[0]
+        memory, lengths = self.model.encode(states, torch.tensor([states.shape[1]]))
+        return self._decode_again(segment, memory[0, : int(lengths[0])])
+
+    def _decode_again(self, segment: Segment, states: torch.Tensor | None) -> Segment:
+        """The segment's final from a search over all of its encoder ``states`` at once, with
+        the beam and the language model of decode (the teacher's states, or the streaming ones
+        the greedy search kept)."""
+        assert states is not None
+        found = search_states(self.model, states, self.config.decode, self._lm)
         tokens = [t for part in found for t in part.tokens]
         positions = [segment.start + p if p >= 0 else p for part in found for p in part.positions]
         return Segment(tokens, positions, segment.start, segment.end)

@@ -1,7 +1,9 @@
 """Word latency: from a word's end in the audio to the streaming emission of its last token.
 
 For each --model (a bundle, optionally with a ``:two-pass`` or ``:one-pass`` suffix that
-sets its finals), every held-out utterance is fed to a real streaming session in --chunk-ms
+sets its finals, or ``:greedy``: the streaming pass alone, one-pass finals from a greedy
+search without the language model, which is the search a bundle with
+decode.greedy_partials shows its partials from), every held-out utterance is fed to a real streaming session in --chunk-ms
 pieces. A word counts as shown at the amount of audio fed when it reached its final place
 in the transcript (finals so far plus the current partial) and stayed there to the end.
 The final transcript is matched word by word to the reference (difflib); for each word
@@ -33,7 +35,7 @@ import argparse
 import difflib
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +55,8 @@ from training.dataset import entry_audio  # noqa: E402
 from training.manifest import Entry, read_manifest  # noqa: E402
 
 GOAL_MS = 400.0  # issue #17: p95 at most this for the streaming pass
-SUFFIXES = {"two-pass": True, "one-pass": False}  # --model PATH:SUFFIX -> two-pass finals
+# --model PATH:SUFFIX -> (two-pass finals, greedy search without the LM)
+SUFFIXES = {"two-pass": (True, False), "one-pass": (False, False), "greedy": (False, True)}
 WORD_START = "\u2581"  # sentencepiece's word-start mark
 
 
@@ -195,6 +198,7 @@ class Figures:
 
     model: str
     two_pass: bool
+    greedy: bool = False
     utterances: int = 0
     words: int = 0  # reference words of the aligned utterances
     latencies: list[float] = field(default_factory=list)
@@ -209,6 +213,7 @@ class Figures:
         return {
             "model": self.model,
             "two_pass": self.two_pass,
+            "greedy": self.greedy,
             "utterances": self.utterances,
             "words_aligned": self.words,
             "words_right": len(ms),
@@ -242,7 +247,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             [
                 row["model"],
-                "two-pass" if row["two_pass"] else "one-pass",
+                "two-pass" if row["two_pass"] else "greedy" if row.get("greedy") else "one-pass",
                 *map(str, counts),
                 "-" if share is None else f"{100 * share:.1f}",
                 *latency,
@@ -260,23 +265,25 @@ def table(rows: list[dict]) -> str:
 # -- command line ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelSpec:
-    """One --model: its text as given, the bundle, and two-pass finals (None: the bundle's)."""
+    """One --model: its text as given, the bundle, two-pass finals (None: the bundle's) and
+    whether its search is made greedy without the LM."""
 
     name: str
     path: Path
     two_pass: bool | None
+    greedy: bool = False
 
 
 def model_spec(spec: str) -> ModelSpec:
-    """``PATH``, ``PATH:two-pass`` or ``PATH:one-pass`` (a colon followed by a path is part of
-    the path)."""
+    """``PATH``, ``PATH:two-pass``, ``PATH:one-pass`` or ``PATH:greedy`` (a colon followed by a
+    path is part of the path)."""
     path, colon, suffix = spec.rpartition(":")
     if not colon or "/" in suffix:
         return ModelSpec(spec, Path(spec), None)
     if suffix not in SUFFIXES:
         known = ", ".join(f":{s}" for s in SUFFIXES)
         raise argparse.ArgumentTypeError(f"{spec!r}: unknown suffix :{suffix} (known: {known})")
-    return ModelSpec(spec, Path(path), SUFFIXES[suffix])
+    return ModelSpec(spec, Path(path), *SUFFIXES[suffix])
 
 
 def load_bundles(parser: argparse.ArgumentParser, paths: list[Path]) -> dict[Path, Recognizer]:
@@ -299,7 +306,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
         type=model_spec,
         nargs="+",
         required=True,
-        help="bundles, each optionally PATH:two-pass or PATH:one-pass (default: its own finals)",
+        help="bundles, each optionally PATH:two-pass, PATH:one-pass or PATH:greedy (default: "
+        "its own finals and search)",
     )
     parser.add_argument(
         "--aligner",
@@ -323,30 +331,33 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
 
 def prepare(
     parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> tuple[dict[Path, Recognizer], Aligner, list[Figures]]:
-    """The bundles, the aligner and an empty row per model, after checking each can do what
-    it is asked (parser errors otherwise)."""
+) -> tuple[list[Recognizer], Aligner, list[Figures]]:
+    """The recognizer of each model, the aligner and an empty row per model, after checking
+    each can do what it is asked (parser errors otherwise)."""
     specs: list[ModelSpec] = args.model
     aligner_path: Path = args.aligner
     bundles = load_bundles(parser, [spec.path for spec in specs] + [aligner_path])
     problem = aligner_problem(bundles[aligner_path])
     if problem:
         parser.error(f"--aligner {aligner_path} cannot time word ends: it lacks {problem}")
-    figures = []
+    figures, recognizers = [], []
     for spec in specs:
         recognizer = bundles[spec.path]
+        if spec.greedy:
+            decode = replace(recognizer.config.decode, beam_size=1, lm_weight=0.0)
+            recognizer = replace(recognizer, config=replace(recognizer.config, decode=decode))
+        recognizers.append(recognizer)
         trouble = recognizer.two_pass_problem() if spec.two_pass else None
         if trouble:
             parser.error(f"--model {spec.name}: {trouble}")
         two_pass = recognizer.config.decode.two_pass if spec.two_pass is None else spec.two_pass
-        figures.append(Figures(spec.name, two_pass))
-    return bundles, Aligner.of(bundles[aligner_path]), figures
+        figures.append(Figures(spec.name, two_pass, spec.greedy))
+    return recognizers, Aligner.of(bundles[aligner_path]), figures
 
 
 def measure(
     entries: list[Entry],
-    specs: list[ModelSpec],
-    bundles: dict[Path, Recognizer],
+    recognizers: list[Recognizer],
     aligner: Aligner,
     figures: list[Figures],
     chunk: int,
@@ -362,10 +373,8 @@ def measure(
         if ends is None:
             unaligned += 1
             continue
-        for spec, fig in zip(specs, figures):
-            shown, times = shown_times(
-                bundles[spec.path], samples, SAMPLE_RATE, chunk, fig.two_pass
-            )
+        for recognizer, fig in zip(recognizers, figures):
+            shown, times = shown_times(recognizer, samples, SAMPLE_RATE, chunk, fig.two_pass)
             fig.utterances += 1
             fig.words += len(reference)
             fig.latencies += right_word_latencies(reference, ends, shown, times)
@@ -375,13 +384,13 @@ def measure(
 def main(argv: list[str] | None = None) -> int:
     parser, args = parse_args(argv)
     torch.set_num_threads(1)
-    bundles, aligner, figures = prepare(parser, args)
+    recognizers, aligner, figures = prepare(parser, args)
     entries, _ = read_manifest(args.manifest)
     entries = entries[: args.limit or None]
     if not entries:
         parser.error(f"{args.manifest}: no usable utterances")
     chunk = max(1, int(args.chunk_ms * SAMPLE_RATE / 1000))
-    unaligned, words = measure(entries, args.model, bundles, aligner, figures, chunk)
+    unaligned, words = measure(entries, recognizers, aligner, figures, chunk)
     result = {
         "manifest": str(args.manifest),
         "chunk_ms": args.chunk_ms,

@@ -71,6 +71,9 @@ def test_bad_input_is_refused(tmp_path: Path) -> None:
         TokenLM.train([], vocab_size=30, order=3)
     with pytest.raises(ValueError, match="order"):
         TokenLM.train([[2]], vocab_size=30, order=0)
+    with pytest.raises(ValueError, match="lower order"):  # contexts past 64-bit keys
+        TokenLM.train([[2, 3]], vocab_size=70_000, order=5)
+    assert TokenLM.train([[2, 3]], vocab_size=70_000, order=4).order == 4
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not an archive")
     with pytest.raises(ValueError, match="not a token language model"):

@@ -14,7 +14,7 @@ import soundfile
 from asr.config import Config
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, espeak, speech_files
 from tests.test_train import run_training, train_command
-from training.recipes import publish_model
+from training.recipes import publish_model, whisper_card
 from training.recipes.publish_model import corpus_facts, status
 from training.recipes.whisper_card import (
     TITLES,
@@ -159,15 +159,24 @@ def test_goals_are_met_or_not_on_the_figures() -> None:
 def test_a_looping_softmax_baseline_is_called_out() -> None:
     def summary(subs: int, dels: int, ins: int) -> dict:
         errors = subs + dels + ins
-        return {"wer": {"substitutions": subs, "deletions": dels, "insertions": ins,
-                        "errors": errors, "reference_length": 100, "rate": errors / 100}}
+        return {
+            "wer": {
+                "substitutions": subs,
+                "deletions": dels,
+                "insertions": ins,
+                "errors": errors,
+                "reference_length": 100,
+                "rate": errors / 100,
+            }
+        }
 
     def metrics(soft_seen: dict) -> dict:
         return {
             "first_gen": None,
-            "monotonic": {"eval": {"test_seen_voices": summary(20, 5, 3),
-                                   "test_short": summary(10, 2, 1)},
-                          "eval_two_pass": {}},
+            "monotonic": {
+                "eval": {"test_seen_voices": summary(20, 5, 3), "test_short": summary(10, 2, 1)},
+                "eval_two_pass": {},
+            },
             "softmax": {"eval": {"test_seen_voices": soft_seen, "test_short": summary(9, 2, 2)}},
         }
 
@@ -315,6 +324,7 @@ def tiny_corpus(root: Path, speech_dir: Path) -> Path:
     }
     for split, chosen in splits.items():
         write_jsonl(data / f"{split}.jsonl", manifest_rows(chosen))
+    (data / "lm_text.txt").write_text("".join(f"{text}\n" for _, text in splits["train"]))
     plan = {"hours": 0.01, "seed": 0, "jobs": 1, "aug_prob": 0.0, "test_size": 1, "dev_size": 1}
     plan |= {"engines": ["espeak"], "text": ["fortune", "everyday"], "install": True}
     (data / "plan.json").write_text(json.dumps(plan))
@@ -378,11 +388,14 @@ def test_a_whisper_run_pair_is_published_and_cached(
     assert publish_model.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
+    fusion = metrics["monotonic"]["fusion"]
     columns = {
         "first_gen": metrics["first_gen"]["eval"],
         "streaming": metrics["monotonic"]["eval"],
         "two_pass": metrics["monotonic"]["eval_two_pass"],
         "softmax": metrics["softmax"]["eval"],
+        "fused": fusion["eval"],
+        "two_pass_fused": fusion["eval_two_pass"],
     }
     splits = ["test_seen_voices", "test_unseen_voices", "test_short", "real"]
     assert list(metrics["splits"]) == splits
@@ -392,7 +405,16 @@ def test_a_whisper_run_pair_is_published_and_cached(
         assert cell["streaming"]["utterances"] == 1
         expected = [TITLES[split], "1", rate(cell["first_gen"]), rate(cell["streaming"])]
         expected += [rate(cell["streaming"], "cer"), rate(cell["two_pass"]), rate(cell["softmax"])]
-        assert row([*expected, f"{gap:+.2f}"]) in card
+        expected += [f"{gap:+.2f}", rate(cell["fused"]), rate(cell["two_pass_fused"])]
+        assert row(expected) in card
+    # the bundle serves its LM: greedy partials, finals with the beam and the weight best on dev
+    dev = fusion["dev"]
+    assert list(dev) == [f"{w:g}" for w in whisper_card.LM_WEIGHTS]
+    assert fusion["weight"] == float(min(dev, key=lambda w: dev[w]))
+    served = Config.load(out / "config.json").decode
+    assert (served.greedy_partials, served.beam_size) == (True, whisper_card.LM_BEAM)
+    assert served.lm_weight == fusion["weight"] and (out / "lm.npz").is_file()
+    assert f"added at weight {fusion['weight']:g}" in card
     # the columns are the evaluations cached in the run directories, by what they decoded
     cached = json.loads((run / "eval_two_pass_test_short" / "summary.json").read_text())
     assert cached == columns["two_pass"]["test_short"]
@@ -425,7 +447,7 @@ def test_a_whisper_run_pair_is_published_and_cached(
 
     # a rerun measures nothing again
     made = {p: p.stat().st_mtime_ns for r in (run, baseline) for p in r.glob("eval_*/summary.json")}
-    assert len(made) == 4 * 4
+    assert len(made) == 4 * 4 + len(whisper_card.LM_WEIGHTS) + 2 * 4  # and the LM's
     capsys.readouterr()
     assert publish_model.main(argv) == 0
     assert "evaluating" not in capsys.readouterr().out

@@ -126,4 +126,4 @@ def test_soak_memory_and_descriptors_stay_flat():
     assert transcript.end_at is not None
     assert len(transcript.text.split()) > STREAM_S / 10  # words kept coming to the end
     assert growth <= MAX_GROWTH
-    assert fds_after == fds_before
+    assert fds_after <= fds_before  # none leaked (one open while the models loaded may close)

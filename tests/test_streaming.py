@@ -19,10 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from asr.audio import read_audio, resample
 from asr.bundle import load_model
+from asr.decoding import SegmentSearch, drain, search_states
 from asr.events import Event
+from asr.lm import TokenLM
 from asr.recognizer import Recognizer
 from asr.streaming import step_sessions
 from tests.conftest import SENTENCES, build_bundle
@@ -154,6 +157,53 @@ def check_all_utterances(name, chunking, recognizers, utterances, offline, every
 @pytest.mark.parametrize("name", ["greedy", "beam"])
 def test_streaming_equals_offline(name, chunking, recognizers, utterances, offline) -> None:
     check_all_utterances(name, chunking, recognizers, utterances, offline)
+
+
+@pytest.fixture(scope="module")
+def fused(recognizers) -> Recognizer:
+    """Beam 4 with a language model over the test sentences, partials from a greedy search."""
+    greedy = recognizers["greedy"]
+    sentences = [greedy.tokenizer.encode(sentence) for sentence in SENTENCES]
+    lm = TokenLM.train(sentences, greedy.tokenizer.vocab_size, order=3)
+    decode = dataclasses.replace(
+        greedy.config.decode, beam_size=4, lm_weight=2.0, greedy_partials=True
+    )
+    config = dataclasses.replace(greedy.config, decode=decode)
+    return Recognizer(config, greedy.model, greedy.tokenizer, lm=lm)
+
+
+@pytest.mark.parametrize("chunking", ["1ms", "random", "whole"])
+def test_greedy_partials_come_as_greedy_and_finals_from_the_beam_and_lm(
+    chunking, fused, recognizers, utterances, offline
+) -> None:
+    greedy = recognizers["greedy"]
+    changed = 0
+    for i in range(0, len(utterances), 3):
+        x, rate = utterances[i]
+        sizes = chunk_sizes(chunking, rate, len(x), seed=i)
+        events = stream(fused, x, rate, sizes)
+        alone = stream(greedy, x, rate, sizes)
+        # the partials are the greedy search's, token for token and time for time
+        assert [e for e in events if not e.final] == [e for e in alone if not e.final]
+        # each final: the greedy segment's states searched again with the beam and the LM
+        feats = torch.from_numpy(
+            greedy.frontend.compute(resample(x, rate, greedy.frontend.sample_rate))
+        )
+        with torch.no_grad():
+            memory, _ = greedy.model.encode(feats[None], torch.tensor([len(feats)]))
+        search = SegmentSearch(greedy.model, greedy.config.decode, keep_segments=True)
+        search.append(memory[0])
+        expected = []
+        for segment in drain(search):
+            assert segment.states is not None
+            again = search_states(greedy.model, segment.states, fused.config.decode, fused.lm)
+            tokens = [t for part in again for t in part.tokens]
+            if tokens:
+                expected.append(fused.tokenizer.pieces(tokens))
+        assert [e.tokens for e in events if e.final] == expected, f"utterance {i}"
+        assert finals(events) == finals(fused.transcribe_segments(x, rate))  # == offline
+        changed += [e.tokens for e in events if e.final] != [f[1] for f in offline("greedy", i)[0]]
+    assert changed > 0  # the beam and the LM say something else somewhere
 
 
 @pytest.mark.parametrize(

@@ -309,6 +309,19 @@ def test_test_short_holds_short_everyday_lines_never_in_train() -> None:
     assert synth_corpus.SHORT not in {u.split for u in plan_text(pairs)}
 
 
+def test_held_out_splits_are_synthesized_first() -> None:
+    plan = plan_text(short_and_long(), short_size=4)
+    groups = synth_corpus.batches(plan, seed=5)
+    order = [u for group in groups for u in group]
+    assert sorted(u.id for u in order) == sorted(u.id for u in plan)
+    splits = [u.split for u in order]
+    first_train = splits.index("train")
+    assert set(splits[:first_train]) == {*synth_corpus.SPLITS[1:], synth_corpus.SHORT}
+    assert set(splits[first_train:]) == {"train"}
+    assert all(len({(u.engine, u.voice) for u in group}) == 1 for group in groups)
+    assert groups == synth_corpus.batches(plan, seed=5)
+
+
 def test_text_shares_divide_train_audio_time() -> None:
     pairs = short_and_long(n_long=30, n_short=30)
     plan = plan_text(pairs, hours=0.5, shares={"austen": 0.25, "everyday": 0.75})

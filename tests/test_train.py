@@ -245,6 +245,33 @@ def test_lr_factor_follows_the_further_of_steps_and_time() -> None:
         Config.from_dict({"train": {"lr_schedule": "minutes"}})
 
 
+def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None:
+    """train.init: the bundle's weights, tokenizer and CMVN start the run (a learning rate
+    of 1e-12 leaves them as they were after a step); settings that do not fit are refused."""
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=4)
+    first = tmp_path / "first"
+    run_training(train_command(first, manifest, "train.max_steps=1"))
+    bundle = first / "bundle"
+    more = tmp_path / "more"
+    overrides = [f"train.init={bundle}", "train.max_steps=1", "train.lr=0.000000000001"]
+    result = run_training(train_command(more, manifest, *overrides))
+    assert f"starting from {bundle}" in result.stdout
+    start = load_model(bundle)
+    weights = final_weights(more)
+    for name, value in start.model.state_dict().items():
+        assert torch.allclose(weights[name], value, atol=1e-6), name
+    for name in ("tokens.txt", "cmvn.json"):
+        assert (more / "bundle" / name).read_bytes() == (bundle / name).read_bytes()
+    refused = subprocess.run(
+        train_command(tmp_path / "wider", manifest, *overrides, "model.decoder.units=64"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode != 0 and "do not fit this run's model settings" in refused.stderr
+
+
 def test_unknown_config_key_fails_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -70,6 +70,8 @@ def test_model_specs_carry_their_finals(bench: types.ModuleType) -> None:
     spec = bench.model_spec("models/x:two-pass")
     assert (spec.name, spec.path, spec.two_pass) == ("models/x:two-pass", Path("models/x"), True)
     assert bench.model_spec("models/x:one-pass").two_pass is False
+    greedy = bench.model_spec("models/x:greedy")
+    assert (greedy.path, greedy.two_pass, greedy.greedy) == (Path("models/x"), False, True)
     assert bench.model_spec("exp/a:b/bundle").path == Path("exp/a:b/bundle")
 
 
@@ -124,13 +126,16 @@ def test_latency_of_every_word_against_its_aligned_end(
     manifest, kept = own_words
     out = tmp_path / "latency.json"
     one_pass = f"{ctc_bundle}:one-pass"
-    argv = ["--model", one_pass, str(ctc_bundle), "--manifest", str(manifest), "--limit", "0"]
+    greedy = f"{ctc_bundle}:greedy"  # the bundle searches greedily already: the same figures
+    argv = ["--model", one_pass, str(ctc_bundle), greedy, "--manifest", str(manifest)]
+    argv += ["--limit", "0"]
     assert bench.main([*argv, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     assert (result["utterances"], result["unaligned"]) == (len(kept) + 1, 1)
-    first, second = result["models"]
+    first, second, third = result["models"]
     assert (first["model"], first["two_pass"], second["two_pass"]) == (one_pass, False, True)
+    assert third == {**first, "model": greedy, "greedy": True}
 
     # The expected figures, from the aligner's word ends and the shown times taken apart.
     aligner = bench.Aligner.of(load_model(ctc_bundle))

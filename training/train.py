@@ -3,7 +3,8 @@
 Features are computed once and cached (train.feature_cache, or under the output
 directory; training.cache_frames fills a shared cache ahead); CMVN comes
 from the training features; the tokenizer is train.tokenizer, or trained from
-the training texts when that is empty. Checkpoints (output/last.pt, best.pt)
+the training texts when that is empty. With train.init a model bundle gives the
+starting weights, the tokenizer and the CMVN instead. Checkpoints (output/last.pt, best.pt)
 hold everything needed to continue exactly where a killed run stopped; model
 bundles are written to output/bundle (final) and output/best_bundle.
 
@@ -11,6 +12,7 @@ Examples:
   asr train --config training/configs/default.yaml train.train_manifest=data/train.jsonl \\
       train.valid_manifest=data/dev.jsonl --out exp/default
   asr train --config exp/default/config.yaml --out exp/default --resume
+  asr train --config training/configs/whisper.yaml train.init=models/default ... --out exp/more
   torchrun --standalone --nproc_per_node 2 -m asr.cli train --config CONFIG.yaml --out exp/ddp
   tensorboard --logdir exp/default/tensorboard
 """
@@ -40,7 +42,7 @@ from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from asr.bundle import save_bundle
+from asr.bundle import CMVN_FILE, TOKENIZER_FILES, load_model, save_bundle
 from asr.config import Config
 from asr.decoding import decode_batch
 from asr.features import CMVN
@@ -105,6 +107,10 @@ def check_config(config: Config, out: Path, resume: bool) -> None:
         raise ValueError("train.epochs, max_batch_seconds and lr must be positive")
     if resume and not (out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {out / 'last.pt'} does not exist")
+    if t.init and t.tokenizer:
+        raise ValueError("train.init brings its bundle's tokenizer: leave train.tokenizer empty")
+    if t.init and not (Path(t.init) / "config.json").is_file():
+        raise FileNotFoundError(f"train.init: {t.init} is not a model bundle (no config.json)")
     if t.teacher_share > 0:
         if config.model.frontend != "whisper":
             raise ValueError("train.teacher_share needs model.frontend=whisper (a teacher)")
@@ -259,6 +265,9 @@ class Trainer:
         return entries
 
     def _tokenizer(self, texts: list[str]) -> tuple[Tokenizer, Path]:
+        if self.cfg.init:
+            path = Path(self.cfg.init) / TOKENIZER_FILES[self.config.model.tokenizer.kind]
+            return load_tokenizer(path), path
         if self.cfg.tokenizer:
             return load_tokenizer(self.cfg.tokenizer), Path(self.cfg.tokenizer)
         tok_cfg = self.config.model.tokenizer
@@ -288,6 +297,8 @@ class Trainer:
         return {k: v for part in parts for k, v in part.items()}
 
     def _cmvn(self, train: list[Utterance]) -> CMVN:
+        if self.cfg.init:  # the statistics the starting weights learned under
+            return CMVN.load(Path(self.cfg.init) / CMVN_FILE)
         names = "\n".join(u.features.name for u in train).encode()
         path = self.feature_dir / f"cmvn-{hashlib.sha1(names).hexdigest()[:16]}.json"
         if self.ddp.main and not path.is_file():
@@ -307,6 +318,8 @@ class Trainer:
         self.frontend = load_frontend(self.config.model)
         torch.manual_seed(self.cfg.seed)
         self.model = Seq2Seq(self.config.model, self.tokenizer.vocab_size)
+        if self.cfg.init:
+            self._start_from(Path(self.cfg.init))
         reduction = self.model.encoder.reduction
         teacher = None
         if self.cfg.teacher_share > 0:
@@ -361,6 +374,18 @@ class Trainer:
             f"{self.model.num_parameters() / 1e6:.2f}M parameters; "
             f"{self.batches_per_epoch} batches per epoch; {self.ddp.world} process(es)"
         )
+
+    def _start_from(self, bundle: Path) -> None:
+        """train.init: the bundle's weights (its model settings must be this run's)."""
+        start = load_model(bundle)
+        try:
+            self.model.load_state_dict(start.model.state_dict())
+        except RuntimeError as err:
+            raise ValueError(
+                f"train.init: {bundle}'s weights do not fit this run's model settings "
+                f"({str(err).splitlines()[0]})"
+            ) from None
+        self.log(f"starting from {bundle}'s weights, tokenizer and CMVN")
 
     def _order(self, epoch: int) -> list[list[int]]:
         batches = make_batches(

@@ -60,7 +60,7 @@ LM_BEAM, LM_WEIGHT, LM_ORDER = 4, 0.3, 5
 def evaluate_run(
     run: Path,
     data: Path,
-    fused: bool = False,
+    lm_weight: float = 0.0,
     *,
     splits: tuple[str, ...] = SPLITS,
     bundle: Path | None = None,
@@ -68,9 +68,11 @@ def evaluate_run(
     search: tuple[str, ...] = (),
 ) -> dict[str, dict[str, Any]]:
     """WER/CER of ``bundle`` (default run/best_bundle) on each split, cached in
-    run/eval_<tag><split>/summary.json; ``fused``: with beam search and its language model,
-    cached in run/eval_lm_<tag><split>; ``search``: more `asr eval` options (e.g. --two-pass)."""
+    run/eval_<tag><split>/summary.json; ``lm_weight`` > 0: with a beam of LM_BEAM and the
+    bundle's language model at that weight, cached in run/eval_lm_<tag><split>; ``search``:
+    more `asr eval` options (e.g. --two-pass)."""
     bundle = bundle or run / "best_bundle"
+    fused = lm_weight > 0
     inputs = [bundle / "model.safetensors", *([bundle / LM_FILE] if fused else [])]
     results = {}
     for split in splits:
@@ -83,7 +85,7 @@ def evaluate_run(
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
             argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl"), *search]
             if fused:
-                argv += ["--beam", str(LM_BEAM), "--lm-weight", str(LM_WEIGHT)]
+                argv += ["--beam", str(LM_BEAM), "--lm-weight", str(lm_weight)]
             run_eval(_eval_parser().parse_args(argv))
         results[split] = json.loads(summary.read_text())
     return results
@@ -102,15 +104,16 @@ def _eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_lm(run: Path, data: Path) -> None:
-    """Train the run's language model on the corpus's lm_text.txt (unless it is newer)."""
-    bundle, text = run / "best_bundle", data / LM_TEXT
+def add_lm(bundle: Path, data: Path) -> None:
+    """Train the bundle's language model on the corpus's lm_text.txt (unless it is newer)."""
+    text = data / LM_TEXT
     if not text.is_file():
         raise FileNotFoundError(f"{text} is missing: rerun training.recipes.synth_corpus")
     lm = bundle / LM_FILE
     if lm.is_file() and lm.stat().st_mtime > text.stat().st_mtime:
         return
-    held_out = [data / f"{split}.jsonl" for split in ("dev", *SPLITS)]
+    held_out = [data / f"{split}.jsonl" for split in ("dev", *SPLITS, "test_short")]
+    held_out = [path for path in held_out if path.is_file()]  # test_short: newer corpora only
     args = argparse.Namespace(
         model=bundle, manifest=[], text=[text], exclude=held_out, order=LM_ORDER, out=None
     )
@@ -493,10 +496,10 @@ def publish_first_gen(args: argparse.Namespace) -> int:
     """The first-generation (fbank) card: greedy and LM-fused columns, word-frequency bands."""
     metrics: dict[str, Any] = {}
     for name, run in (("monotonic", args.run), ("softmax", args.baseline)):
-        add_lm(run, args.data)
+        add_lm(run / "best_bundle", args.data)
         metrics[name] = {
             "eval": evaluate_run(run, args.data),
-            "eval_lm": evaluate_run(run, args.data, fused=True),
+            "eval_lm": evaluate_run(run, args.data, LM_WEIGHT),
             "training": training_facts(run),
         }
     bundle = args.run / "best_bundle"

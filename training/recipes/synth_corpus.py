@@ -317,17 +317,18 @@ def load_journal(out: Path) -> dict[str, dict[str, Any]]:
 
 
 def batches(todo: list[Utterance], seed: int) -> list[list[Utterance]]:
-    """Group by voice (engines amortise start-up) and shuffle, so the ETA sees every engine."""
-    by_voice: dict[tuple[str, str], list[Utterance]] = defaultdict(list)
+    """Group by voice (engines amortise start-up) and shuffle, so the ETA sees every engine.
+    The held-out splits come first: a model can be measured while train audio still comes."""
+    by_voice: dict[tuple[bool, str, str], list[Utterance]] = defaultdict(list)
     for utt in todo:
-        by_voice[utt.engine, utt.voice].append(utt)
+        by_voice[utt.split == "train", utt.engine, utt.voice].append(utt)
     groups = [
-        items[i : i + BATCH.get(engine, 16)]
-        for (engine, _), items in by_voice.items()
+        (train, items[i : i + BATCH.get(engine, 16)])
+        for (train, engine, _), items in by_voice.items()
         for i in range(0, len(items), BATCH.get(engine, 16))
     ]
     random.Random(seed).shuffle(groups)
-    return groups
+    return [items for train, items in sorted(groups, key=lambda group: group[0])]
 
 
 def run_batches(groups: list[list[Utterance]], out: Path, jobs: int) -> Iterator[list[dict]]:
@@ -518,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(vars(args) | {"out": str(out)}, indent=1))
+    # the text is known before any audio: a language model can be trained while it is made
+    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed, short_size)
+    print(f"{out / LM_TEXT}: {lm_sentences} train-split sentences for `asr lm`", flush=True)
     done = load_journal(out)
     todo = [u for u in plan if u.id not in done]
     per_source = Counter(sentence.source for sentence in pairs)
@@ -557,8 +561,6 @@ def main(argv: list[str] | None = None) -> int:
             bar.update(len(records))
             bar.set_postfix_str(f"{hours:.2f} h audio", refresh=False)
     write_manifests(out, plan, done)
-    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed, short_size)
-    print(f"{out / LM_TEXT}: {lm_sentences} train-split sentences for `asr lm`")
     print(summary(plan, done))
     if errors:
         print(f"{len(errors)} utterances failed (rerun to retry):", *errors[:10], sep="\n  ")

@@ -20,6 +20,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,12 +30,16 @@ from safetensors import safe_open
 from asr.bundle import load_model
 from asr.config import Config
 from asr.frontend import BUNDLE_ENCODER_FILE, BUNDLE_TEACHER_FILE, frame_seconds
+from asr.lm import LM_FILE
 from asr.scoring import score
 from training.evaluate import evaluate
 from training.manifest import read_manifest
 from training.recipes.publish_model import (
+    LM_BEAM,
+    LM_ORDER,
     REPO,
     SPLIT_TITLES,
+    add_lm,
     copy_bundle,
     corpus_facts,
     evaluate_run,
@@ -61,6 +66,7 @@ SIZE_GOAL_MB = 120.0
 LOAD_CLIENTS = 50
 LATENCY_UTTERANCES = 200
 GREEDY = ("--beam", "1", "--lm-weight", "0")
+LM_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6)  # shallow-fusion weights tried on the dev split
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -154,17 +160,20 @@ def real_speech() -> ModuleType:
 
 
 def evaluate_real(
-    bundle: Path, manifest: Path, cache: Path, two_pass: bool | None
+    bundle: Path, manifest: Path, cache: Path, two_pass: bool | None, lm_weight: float = 0.0
 ) -> dict[str, Any]:
     """WER/CER on the real recordings, scored as bench/real_speech.py scores them (its
     score_text on both sides: fillers dropped, spelled letters joined), cached as
-    cache/summary.json: the summary only, so no transcript of held-out speech lands here."""
+    cache/summary.json: the summary only, so no transcript of held-out speech lands here.
+    Greedy, or with ``lm_weight`` > 0 the bundle's own search (its beam, greedy partials)
+    with its language model at that weight."""
     summary_file = cache / "summary.json"
-    if is_fresh(summary_file, [bundle / "model.safetensors", manifest]):
+    inputs = [bundle / "model.safetensors", manifest, *([bundle / LM_FILE] if lm_weight else [])]
+    if is_fresh(summary_file, inputs):
         return json.loads(summary_file.read_text())
-    print(f"evaluating {bundle} (two-pass {two_pass}) on {manifest}", flush=True)
+    print(f"evaluating {bundle} (two-pass {two_pass}, LM {lm_weight:g}) on {manifest}", flush=True)
     recognizer = load_model(bundle)
-    recognizer.set_search(1, 0.0, two_pass)
+    recognizer.set_search(None if lm_weight else 1, lm_weight, two_pass)
     entries, _ = read_manifest(manifest)
     decoded, records = evaluate(recognizer, entries)
     score_text = real_speech().score_text
@@ -225,6 +234,63 @@ def evaluate_columns(
     return columns
 
 
+def fusion(args: argparse.Namespace, splits: dict[str, Path]) -> dict[str, Any]:
+    """Shallow fusion as the published bundle serves it: an n-gram LM over the corpus's text,
+    partials from the greedy search and each final decoded again with a beam of LM_BEAM and
+    the LM, at the weight of LM_WEIGHTS best on the dev split; then its finals (streaming and
+    two-pass) on every split. The LM and the chosen search go into the run's best_bundle
+    (lm.npz, config.json), which publishing copies."""
+    run = args.run
+    out = run / "best_bundle"
+    add_lm(out, args.data)
+    serve(out, beam_size=LM_BEAM, greedy_partials=True)
+    dev = {
+        f"{weight:g}": evaluate_run(
+            run,
+            args.data,
+            weight,
+            splits=("dev",),
+            bundle=out,
+            tag=f"w{weight:g}_",
+            search=("--no-two-pass",),
+        )["dev"]["wer"]["rate"]
+        for weight in LM_WEIGHTS
+    }
+    weight = float(min(dev, key=lambda w: dev[w]))
+    serve(out, lm_weight=weight)
+    synthetic = tuple(s for s in splits if s != REAL)
+    tag = f"w{weight:g}_"
+    columns = {
+        "eval": evaluate_run(
+            run, args.data, weight, splits=synthetic, bundle=out, tag=tag, search=("--no-two-pass",)
+        ),
+        "eval_two_pass": evaluate_run(
+            run,
+            args.data,
+            weight,
+            splits=synthetic,
+            bundle=out,
+            tag=f"{tag}two_pass_",
+            search=("--two-pass",),
+        ),
+    }
+    if REAL in splits:
+        for key, two_pass in (("eval", False), ("eval_two_pass", True)):
+            cache = run / f"eval_lm_{tag}{'two_pass_' if two_pass else ''}{REAL}"
+            columns[key][REAL] = evaluate_real(out, splits[REAL], cache, two_pass, weight)
+    return {"beam": LM_BEAM, "order": LM_ORDER, "weight": weight, "dev": dev, **columns}
+
+
+def serve(bundle: Path, **decode: Any) -> None:
+    """Set decode settings in a bundle's config.json (what `asr serve` and every command
+    then use by default)."""
+    path = bundle / "config.json"
+    config = Config.load(path)
+    changed = replace(config, decode=replace(config.decode, **decode))
+    if changed != config:  # unchanged, it keeps its time: the cached benchmarks stay valid
+        changed.save(path)
+
+
 def bench(name: str, argv: list[str], cache: Path, inputs: list[Path]) -> dict[str, Any]:
     """``python bench/<name>.py ARGV --json CACHE`` unless CACHE is newer than ``inputs``;
     the figures it wrote."""
@@ -244,7 +310,8 @@ def run_benchmarks(
 ) -> dict[str, dict[str, Any] | None]:
     """RTF, load and word latency of the published bundle (None where switched off)."""
     out = shown(args.out)
-    inputs = [args.run / "best_bundle" / "model.safetensors"]
+    bundle = args.run / "best_bundle"
+    inputs = [bundle / "model.safetensors", bundle / "config.json"]
     found: dict[str, dict[str, Any] | None] = {"rtf": None, "load": None, "word_latency": None}
     if not args.no_rtf:
         found["rtf"] = bench("streaming", ["--model", out], args.run / "bench_rtf.json", inputs)
@@ -253,7 +320,8 @@ def run_benchmarks(
         found["load"] = bench("load", argv, args.run / "bench_load.json", inputs)
     if not args.no_word_latency:
         manifest = splits.get("test_seen_voices", next(iter(splits.values())))
-        argv = ["--model", f"{out}:one-pass", f"{out}:two-pass", "--manifest", str(manifest)]
+        argv = ["--model", f"{out}:greedy", f"{out}:one-pass", f"{out}:two-pass"]
+        argv += ["--manifest", str(manifest)]
         argv += ["--limit", str(LATENCY_UTTERANCES)]
         cache = args.run / "bench_word_latency.json"
         found["word_latency"] = bench("word_latency", argv, cache, [*inputs, manifest])
@@ -328,12 +396,14 @@ def distill_command(student: Path, data: str) -> str:
 # -- goals ---------------------------------------------------------------------------------
 def columns_of(metrics: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
     """Each results column's summaries per split, as metrics.json keeps them."""
-    first = metrics["first_gen"]
+    first, fused = metrics["first_gen"], metrics["monotonic"].get("fusion")
     return {
         "first_gen": first and first["eval"],
         "streaming": metrics["monotonic"]["eval"],
         "two_pass": metrics["monotonic"]["eval_two_pass"],
         "softmax": metrics["softmax"]["eval"],
+        "fused": fused and fused["eval"],
+        "two_pass_fused": fused and fused["eval_two_pass"],
     }
 
 
@@ -353,7 +423,9 @@ def goal_figures(metrics: dict[str, Any]) -> dict[str, Any]:
         load = {"p95_ms": final and final["p95_ms"], "errors": paced["errors"]}
     word = None
     if metrics["word_latency"] is not None:
-        row = next(m for m in metrics["word_latency"]["models"] if not m["two_pass"])
+        # the streaming pass: the greedy search the partials come from, when it was measured
+        one_pass = [m for m in metrics["word_latency"]["models"] if not m["two_pass"]]
+        row = next((m for m in one_pass if m.get("greedy")), one_pass[0])
         word = row["latency_ms"] and row["latency_ms"]["p95"]
     return {
         "wer": {s: stream[s]["wer"]["rate"] for s in synthetic},
@@ -463,7 +535,8 @@ def results_rows(metrics: dict[str, Any]) -> str:
         rows.append(
             f"| {TITLES[split]} | {stream['utterances']} | {_rate(cell['first_gen'])} "
             f"| {_rate(stream)} | {_rate(stream, 'cer')} | {_rate(cell['two_pass'])} "
-            f"| {_rate(soft)} | {gap:+.2f} |"
+            f"| {_rate(soft)} | {gap:+.2f} | {_rate(cell['fused'])} "
+            f"| {_rate(cell['two_pass_fused'])} |"
         )
     return "\n".join(rows)
 
@@ -534,7 +607,7 @@ def word_latency_text(result: dict[str, Any] | None, out: str) -> str:
     if result is None:
         return "- Word latency (`python bench/word_latency.py`): not measured."
     command = (
-        f"`python bench/word_latency.py --model {out}:one-pass {out}:two-pass --manifest "
+        f"`python bench/word_latency.py --model {out}:greedy {out}:one-pass {out}:two-pass --manifest "
         f"{result['manifest']} --limit {LATENCY_UTTERANCES}`"
     )
     aligned = result["utterances"] - result["unaligned"]
@@ -554,9 +627,40 @@ def word_latency_text(result: dict[str, Any] | None, out: str) -> str:
         if stats is not None:
             cells = [f"{stats[k]:.0f} ms" for k in ("median", "p90", "p95")]
             cells.append(f"{100 * stats['over_400_share']:.1f}%")
-        finals = "two-pass" if row["two_pass"] else "streaming"
+        finals = (
+            "two-pass"
+            if row["two_pass"]
+            else "the streaming pass (greedy, the partials)"
+            if row.get("greedy")
+            else "one-pass (as served)"
+        )
         lines.append(f"  | {finals} | {right} | {' | '.join(cells)} |")
+    if any(row.get("greedy") for row in result["models"]):
+        lines += [
+            "",
+            "  A word counts as shown once it stays in place to the end, so where a final "
+            "decoded again differs from the partials, its changed words (and those after them, "
+            "when the word count changes) count from the segment's end: the tails of the rows "
+            "below the streaming pass.",
+        ]
     return "\n".join(lines)
+
+
+def fusion_text(metrics: dict[str, Any]) -> str:
+    """How the bundle's finals use its language model, and the weight's choice on dev."""
+    fused = metrics["monotonic"].get("fusion")
+    if fused is None:
+        return "The columns with the LM are empty: this bundle was published without one."
+    dev = ", ".join(f"{100 * rate:.2f}% at {weight}" for weight, rate in fused["dev"].items())
+    return (
+        f"With the LM (the last two columns, as `asr serve`, `asr transcribe` and the page run "
+        f"this bundle): partials come from the greedy search at its latency, and each final "
+        f"is decoded again over its segment's states with a beam of {fused['beam']} and "
+        f"`lm.npz`, a {fused['order']}-gram over the model's tokens trained on the corpus's "
+        f"text (`lm_text.txt`, held-out sentences excluded), added at weight {fused['weight']:g}"
+        f" (decode.greedy_partials, beam_size, lm_weight in config.json). The weight was chosen "
+        f"on the dev split: WER {dev}. `--beam 1 --lm-weight 0` gives the greedy columns."
+    )
 
 
 def steps_table(steps: dict[str, Any] | None) -> str:
@@ -585,6 +689,9 @@ def real_text(metrics: dict[str, Any]) -> str:
         f"streaming pass has {_rate(real)} WER and the two-pass finals {_rate(two_pass[REAL])}"
         f" (goals: {100 * REAL_GOALS['streaming']:.0f}% and {100 * REAL_GOALS['two_pass']:.0f}%)"
     )
+    fused, two_fused = columns["fused"], columns["two_pass_fused"]
+    if fused is not None and two_fused is not None and REAL in fused:
+        text += f"; with the LM {_rate(fused[REAL])} and {_rate(two_fused[REAL])}"
     if first is not None:
         text += f"; the first-generation model had {_rate(first[REAL])}"
     sets = ", ".join(
@@ -680,6 +787,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         steps=steps_table(metrics["steps"]),
         history=history or "| - | - | - |",
         real=real_text(metrics),
+        fusion=fusion_text(metrics),
         baseline=baseline_text(metrics),
     )
     (out / "README.md").write_text(text)
@@ -708,16 +816,19 @@ Finals by default: {finals} (`--two-pass` / `--no-two-pass` choose per command o
 |---|---|---|
 {goals}
 
-## Results (greedy WER; hard monotonic attention through the streaming recognizer)
+## Results (WER, greedy unless the column says otherwise; hard monotonic attention through the streaming recognizer)
 
-| held-out split | utterances | first generation | streaming | streaming CER | two-pass finals | softmax baseline (offline) | monotonic - softmax (points) |
-|---|---|---|---|---|---|---|---|
+| held-out split | utterances | first generation | streaming | streaming CER | two-pass finals | softmax baseline (offline) | monotonic - softmax (points) | finals with the LM (served) | two-pass finals with the LM |
+|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 {first_gen}
 
-Streaming: this bundle as served, one pass. Two-pass finals: the same, each final decoded
-again from the full-attention teacher's states over its segment (`--two-pass`). Softmax
+{fusion}
+
+Streaming: this bundle's streaming pass alone, greedy (the search its partials come from).
+Two-pass finals: the same, each final decoded again from the full-attention teacher's
+states over its segment (`--two-pass`). Softmax
 baseline: the same encoder and LAS layers with Bahdanau attention over the whole
 utterance, trained on the same data with the same budget, side by side. Real speech is
 scored as `bench/real_speech.py` scores it (fillers dropped, spelled letters joined).
@@ -804,6 +915,7 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Measure everything, copy the bundle to --out, write metrics.json and the card."""
     splits = check_inputs(parser, args)
     columns = evaluate_columns(args, splits)
+    fused = fusion(args, splits)
     synthetic = tuple(s for s in splits if s != REAL)
     training = {
         name: training_facts(run)
@@ -821,6 +933,7 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "monotonic": {
             "eval": columns["streaming"],
             "eval_two_pass": columns["two_pass"],
+            "fusion": fused,
             "training": training["monotonic"],
         },
         "softmax": {"eval": columns["softmax"], "training": training["softmax"]},
