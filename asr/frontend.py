@@ -32,6 +32,7 @@ from asr.whisper_encoder import (
     WhisperEncoder,
     encode_streams,
     load_encoder,
+    per_item,
     quantized,
 )
 from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel, log_mel
@@ -211,8 +212,12 @@ def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:
         path = bundle / BUNDLE_ENCODER_FILE
     else:
         if not cfg.whisper.encoder:
-            raise ValueError("model.frontend=whisper needs model.whisper.encoder (a directory)")
-        path = Path(cfg.whisper.encoder) / WEIGHTS_FILE
+            raise ValueError(
+                "model.frontend=whisper needs model.whisper.encoder (a directory, or a "
+                "safetensors file such as a bundle's whisper_encoder.safetensors)"
+            )
+        path = Path(cfg.whisper.encoder)
+        path = path if path.is_file() else path / WEIGHTS_FILE
     encoder = load_encoder(path)
     if encoder.dims.d_model != frontend_dim(cfg):
         raise ValueError(f"{path}: width {encoder.dims.d_model}, expected {frontend_dim(cfg)}")
@@ -220,4 +225,5 @@ def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:
     teacher = (
         Path(cfg.whisper.teacher) / WEIGHTS_FILE if bundle is None else bundle / BUNDLE_TEACHER_FILE
     )
-    return Frontend(cfg, quantized(encoder) if cfg.whisper.int8 else encoder, path, None, teacher)
+    streams = quantized(encoder) if cfg.whisper.int8 else per_item(encoder)
+    return Frontend(cfg, streams, path, None, teacher)

@@ -353,17 +353,22 @@ def _conv_as_linear(x: Tensor, conv: nn.Conv1d, stride: int) -> Tensor:
     kernel = conv.kernel_size[0]
     windows = x.unfold(1, kernel, stride)  # [B, T', C_in, kernel]: the weight's own layout
     weight = conv.weight.view(conv.out_channels, -1)
-    return F.linear(windows.reshape(*windows.shape[:2], -1), weight, conv.bias)
+    windows = windows.reshape(*windows.shape[:2], -1)
+    if len(windows) == 1:
+        return F.linear(windows, weight, conv.bias)
+    # one product per stream, for the reason PerItem gives
+    return torch.cat([F.linear(item, weight, conv.bias) for item in windows.split(1)])
 
 
 class PerItem(nn.Module):
-    """A dynamically quantized linear layer applied to each item of the batch alone.
+    """A linear layer (float, or dynamically quantized int8) applied to each item of the
+    batch alone, so that every stream's states are the same whatever it is batched with.
 
-    Dynamic int8 scales a call's activations by their largest value, so in a shared call
-    a loud session would set a quiet one's precision, and no session would get what it gets
-    alone. One item per call keeps every stream's states the same whatever it is batched
-    with; int8 products of one chunk's few rows cost about what a shared call's share does
-    on this CPU, while everything else (convolutions, norms, attention) stays batched."""
+    Dynamic int8 scales a call's activations by their largest value, so in a shared call a
+    loud session would set a quiet one's precision. In float, the rounding of a matrix
+    product can depend on how many rows it has (oneDNN's AVX-512 and AMX kernels), and one
+    part in a thousand is enough to change a transcript. Products of one chunk's few rows
+    cost about what a shared call's share does, while norms and the rest stay batched."""
 
     def __init__(self, linear: nn.Module) -> None:
         super().__init__()
@@ -373,6 +378,15 @@ class PerItem(nn.Module):
         if x.shape[0] == 1:
             return self.linear(x)
         return torch.cat([self.linear(item) for item in x.split(1)])
+
+
+def per_item(encoder: WhisperEncoder) -> WhisperEncoder:
+    """The encoder with each layer's linear layers applied stream by stream (:class:`PerItem`),
+    as streams batched together need (in place)."""
+    for layer in encoder.layers:
+        for name in ("qkv", "out", "fc1", "fc2"):
+            setattr(layer, name, PerItem(getattr(layer, name)))
+    return encoder
 
 
 def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
@@ -386,10 +400,7 @@ def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
         copied = torch.ao.quantization.quantize_dynamic(
             copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
         )
-    for layer in copied.layers:
-        for name in ("qkv", "out", "fc1", "fc2"):
-            setattr(layer, name, PerItem(getattr(layer, name)))
-    return copied
+    return per_item(copied)
 
 
 def load_encoder(path: str | Path) -> WhisperEncoder:

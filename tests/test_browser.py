@@ -261,7 +261,11 @@ def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> lis
     received = np.concatenate(chunks)
     # compared at 16 kHz: below 8 kHz any two good resamplers agree up to a tiny delay
     snr, blocks = aligned_snr(resample(received, rate, 16000), resample(audio, RATE, 16000))
-    assert blocks * BLOCK >= 3 * 16000, "most of the file must have been captured"
+    # blocks at the ends of the speech can fall outside the alignment's search: most of them
+    speech_seconds = len(audio) / RATE - 0.5  # after the half second of leading silence
+    assert blocks * BLOCK >= 0.75 * speech_seconds * 16000, (
+        "most of the file must have been captured"
+    )
     assert snr > 30, f"received audio differs from the resampled file: SNR {snr:.1f} dB"
     segments = recognizer.segments(received, rate)
     assert plain_text(segments), "the test model should say something"

@@ -370,8 +370,11 @@ def distill_command(student: Path, data: str) -> str:
     """The `asr distill` command that made ``student`` (the encoder folder inside a
     distillation's directory): the recipe's, with the manifests, epochs and threads its
     config.json recorded, when they give that config exactly; otherwise the recorded config
-    itself; the recipe's command with this corpus when nothing was recorded."""
+    itself; the recipe's command with this corpus when nothing was recorded. A bundle's own
+    student (the recipe's INIT) was not distilled in this run: the card says whose it is."""
     out = shown(student.parent)
+    if student.name == BUNDLE_ENCODER_FILE:
+        return f"# no distillation: the student encoder of the bundle {out} (INIT), kept as it was"
     recorded = student.parent / "config.json"
     recipe = "training/configs/distill.yaml"
     if not recorded.is_file():

@@ -10,6 +10,9 @@
 #   REAL=DIR     also score the real recordings `python bench/real_speech.py --manifests DIR`
 #                wrote (held out: measured, never trained or tuned on)
 #   PUBLISH=DIR  where the bundle and its card go (default models/default)
+#   INIT=BUNDLE  go on from a published bundle (e.g. models/default) when the runs that made
+#                it are gone: its student encoder instead of a distillation, and its weights,
+#                tokenizer and CMVN to start the monotonic model (train.init)
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
@@ -19,6 +22,15 @@ MINUTES=${MINUTES:-120}
 DISTILL_EPOCHS=${DISTILL_EPOCHS:-2}
 REAL=${REAL:-}
 PUBLISH=${PUBLISH:-models/default}
+INIT=${INIT:-}
+STUDENT=$EXP/student/student
+if [ -n "$INIT" ]; then
+  STUDENT=$EXP/init/whisper_encoder.safetensors  # a copy: publishing may replace $INIT
+  mkdir -p "$EXP/init"
+  [ -f "$EXP/init/config.json" ] || cp -r "$INIT"/. "$EXP/init/"
+  INIT=$EXP/init
+fi
+export INIT
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 
@@ -32,7 +44,7 @@ distill() {  # the teacher's outputs are cached first (distill.cache_dir), then 
   distill_student "$EXP/student" "$DATA" distill.epochs="$DISTILL_EPOCHS" distill.threads=2
 }
 
-SETTINGS=(model.whisper.encoder="$EXP/student/student" train.feature_cache="$EXP/frames"
+SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
   train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl")
 
 frames() {  # the student's states, once, for both trainings: one shard per core
@@ -60,7 +72,7 @@ publish() {  # every evaluation and benchmark of the card, cached in the runs: a
 }
 
 timed "$steps" corpus corpus
-timed "$steps" distillation distill
+if [ -z "$INIT" ]; then timed "$steps" distillation distill; fi
 timed "$steps" frames frames
 timed "$steps" training side_by_side
 publish  # not a timed step: the card it writes reports the others
