@@ -151,6 +151,10 @@ class DecodeConfig:
     # teacher's states with two_pass). Finals may then differ from the last partial.
     greedy_partials: bool = False
 
+    def greedy(self) -> DecodeConfig:
+        """These settings searched greedily without the LM (the search partials come from)."""
+        return dataclasses.replace(self, beam_size=1, lm_weight=0.0)
+
 
 @dataclass
 class SpecAugmentConfig:

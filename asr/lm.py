@@ -183,9 +183,7 @@ def _find(
 ) -> int | None:
     """The row of ``context`` in an order's table (None: not seen in training)."""
     keys, rows, _ = index
-    key = 0
-    for token in context:
-        key = key * vocab_size + token
+    key = _context_keys(np.asarray([context]), vocab_size)[0]
     at = int(np.searchsorted(keys, key))
     return int(rows[at]) if at < len(keys) and keys[at] == key else None
 

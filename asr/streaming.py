@@ -13,7 +13,6 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 
 import numpy as np
 import torch
@@ -159,9 +158,8 @@ class StreamingSession:
             decode.beam_size > 1 or decode.lm_weight > 0
         )
         if self._decode_finals:
-            greedy = replace(decode, beam_size=1, lm_weight=0.0)
             keep = self._teacher is None  # two-pass finals read the teacher's states instead
-            self._search = SegmentSearch(model, greedy, keep_segments=keep)
+            self._search = SegmentSearch(model, decode.greedy(), keep_segments=keep)
         else:
             self._search = SegmentSearch(model, decode, lm)
         self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -354,10 +354,14 @@ def _conv_as_linear(x: Tensor, conv: nn.Conv1d, stride: int) -> Tensor:
     windows = x.unfold(1, kernel, stride)  # [B, T', C_in, kernel]: the weight's own layout
     weight = conv.weight.view(conv.out_channels, -1)
     windows = windows.reshape(*windows.shape[:2], -1)
-    if len(windows) == 1:
-        return F.linear(windows, weight, conv.bias)
-    # one product per stream, for the reason PerItem gives
-    return torch.cat([F.linear(item, weight, conv.bias) for item in windows.split(1)])
+    return per_stream(lambda item: F.linear(item, weight, conv.bias), windows)
+
+
+def per_stream(product: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+    """``product`` over each item of the batch x [B, ...] alone, for the reason PerItem gives."""
+    if len(x) == 1:
+        return product(x)
+    return torch.cat([product(item) for item in x.split(1)])
 
 
 class PerItem(nn.Module):
@@ -375,9 +379,7 @@ class PerItem(nn.Module):
         self.linear = linear
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] == 1:
-            return self.linear(x)
-        return torch.cat([self.linear(item) for item in x.split(1)])
+        return per_stream(self.linear, x)
 
 
 def per_item(encoder: WhisperEncoder) -> WhisperEncoder:

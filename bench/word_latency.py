@@ -344,8 +344,8 @@ def prepare(
     for spec in specs:
         recognizer = bundles[spec.path]
         if spec.greedy:
-            decode = replace(recognizer.config.decode, beam_size=1, lm_weight=0.0)
-            recognizer = replace(recognizer, config=replace(recognizer.config, decode=decode))
+            config = replace(recognizer.config, decode=recognizer.config.decode.greedy())
+            recognizer = replace(recognizer, config=config)
         recognizers.append(recognizer)
         trouble = recognizer.two_pass_problem() if spec.two_pass else None
         if trouble:

@@ -244,39 +244,25 @@ def fusion(args: argparse.Namespace, splits: dict[str, Path]) -> dict[str, Any]:
     out = run / "best_bundle"
     add_lm(out, args.data)
     serve(out, beam_size=LM_BEAM, greedy_partials=True)
-    dev = {
-        f"{weight:g}": evaluate_run(
-            run,
-            args.data,
-            weight,
-            splits=("dev",),
-            bundle=out,
-            tag=f"w{weight:g}_",
-            search=("--no-two-pass",),
-        )["dev"]["wer"]["rate"]
-        for weight in LM_WEIGHTS
-    }
+
+    def scores(weight: float, splits: tuple[str, ...], two_pass: bool) -> dict[str, Any]:
+        tag = f"w{weight:g}_{'two_pass_' if two_pass else ''}"
+        search = ("--two-pass" if two_pass else "--no-two-pass",)
+        return evaluate_run(
+            run, args.data, weight, splits=splits, bundle=out, tag=tag, search=search
+        )
+
+    dev = {f"{w:g}": scores(w, ("dev",), False)["dev"]["wer"]["rate"] for w in LM_WEIGHTS}
     weight = float(min(dev, key=lambda w: dev[w]))
     serve(out, lm_weight=weight)
     synthetic = tuple(s for s in splits if s != REAL)
-    tag = f"w{weight:g}_"
     columns = {
-        "eval": evaluate_run(
-            run, args.data, weight, splits=synthetic, bundle=out, tag=tag, search=("--no-two-pass",)
-        ),
-        "eval_two_pass": evaluate_run(
-            run,
-            args.data,
-            weight,
-            splits=synthetic,
-            bundle=out,
-            tag=f"{tag}two_pass_",
-            search=("--two-pass",),
-        ),
+        "eval": scores(weight, synthetic, False),
+        "eval_two_pass": scores(weight, synthetic, True),
     }
     if REAL in splits:
         for key, two_pass in (("eval", False), ("eval_two_pass", True)):
-            cache = run / f"eval_lm_{tag}{'two_pass_' if two_pass else ''}{REAL}"
+            cache = run / f"eval_lm_w{weight:g}_{'two_pass_' if two_pass else ''}{REAL}"
             columns[key][REAL] = evaluate_real(out, splits[REAL], cache, two_pass, weight)
     return {"beam": LM_BEAM, "order": LM_ORDER, "weight": weight, "dev": dev, **columns}
 
