@@ -91,7 +91,11 @@ class WhisperConfig:
     floor: float = -7.0
     chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
     left_context: int = 500  # states before a chunk that it attends to (10 s)
-    int8: bool = False  # serve the encoder's linear layers in int8 (dynamic quantisation)
+    int8: bool = False  # serve the encoder's convolutions and linear layers in int8
+    # how int8 quantises: "rows", each state's activations apart (exact in any batch, and the
+    # convolutions too); "dynamic", torch's per call and stream, linear layers only, as
+    # bundles trained before "rows" (2026-11) had their frames made
+    quantization: Literal["rows", "dynamic"] = "dynamic"
     # a saved bundle carries the full-attention teacher too (41 MB), so that two-pass finals
     # can be asked for (--two-pass) even where decode.two_pass leaves them off by default
     carry_teacher: bool = False

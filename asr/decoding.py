@@ -35,9 +35,6 @@ class Segment:
     positions: list[int]  # selected encoder state per token (absolute index; -1: none)
     start: int  # first encoder state of the segment
     end: int  # encoder state after the last one of the segment
-    # its encoder states [end - start, D], when the search keeps them (keep_segments) so that
-    # the final can be decoded again over them
-    states: Tensor | None = None
 
 
 @dataclass
@@ -52,8 +49,8 @@ class _Beam:
     repeats: Tensor  # [N] tokens already selected at ``pointer``
     # the step in progress (its query exists, its scans may wait for memory)
     pending: tuple[Tensor, list[Tensor], list[Tensor]] | None = None
-    # the step's query as the selection energy projects it, and the energy's direction
-    selector: tuple[Tensor, Tensor] | None = None
+    # the step's query as the selection energy projects it
+    selector: Tensor | None = None
     scan_position: list[int] = field(default_factory=list)  # absolute, per hypothesis
     found: list[int] = field(default_factory=list)  # absolute state chosen so far (-1: none)
     selected: Tensor | None = None  # [N] the step's choices, once the step can be taken
@@ -89,11 +86,11 @@ class SegmentSearch:
     model: Seq2Seq
     cfg: DecodeConfig
     lm: TokenLM | None = None
-    keep_segments: bool = False  # hold each segment's states until it ends (Segment.states)
     memory: _Memory = field(init=False)
     beam: _Beam = field(init=False)
     segment_start: int = field(init=False, default=0)
     evaluations: int = field(init=False, default=0)
+    _direction: Tensor | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.cfg.beam_size < 1 or self.cfg.max_tokens < 1 or self.cfg.max_tokens_per_state < 1:
@@ -110,6 +107,10 @@ class SegmentSearch:
         attention = self.model.decoder.attention
         dim = self.model.cfg.encoder.units
         self.memory = _Memory(torch.zeros(0, dim), attention.keys(torch.zeros(0, dim)))
+        # the selection energy's direction: the weights' alone, so once per search
+        self._direction = (
+            attention.energy.direction() if isinstance(attention, MonotonicAttention) else None
+        )
         self.beam = self._fresh_beam(0)
 
     # -- public ---------------------------------------------------------------
@@ -121,10 +122,23 @@ class SegmentSearch:
     def states_seen(self) -> int:
         return self.memory.total
 
-    def append(self, states: Tensor) -> None:
-        """Add encoder states [n, D] (projecting their keys once)."""
+    @property
+    def undecided_from(self) -> int:
+        """The first state the segment's hypotheses may still select. The segment ends where
+        a selection (of end-of-sentence) falls, or after all memory, so the states before
+        this one belong to it whatever the audio to come says."""
+        beam = self.beam
+        if beam.pending is not None:
+            return min(beam.scan_position)
+        return int(beam.pointer.min())
+
+    def append(self, states: Tensor, keys: Tensor | None = None) -> None:
+        """Add encoder states [n, D] and their projected ``keys`` (projected here if not given:
+        a second search over the same states takes the first one's)."""
         if states.shape[0]:
-            self.memory.append(states, self.model.decoder.attention.keys(states))
+            if keys is None:
+                keys = self.model.decoder.attention.keys(states)
+            self.memory.append(states, keys)
 
     def advance(self, complete: bool = False) -> tuple[list[int], Segment | None]:
         """Decode as far as the memory allows.
@@ -187,7 +201,7 @@ class SegmentSearch:
             beam.pending = decoder.query(beam.state)
             if isinstance(attention, MonotonicAttention):
                 energy = attention.energy
-                beam.selector = (energy.query(beam.pending[0]), energy.direction())
+                beam.selector = energy.query(beam.pending[0])
             # A state may select at most ``max_tokens_per_state`` tokens in a row.
             limit = self.cfg.max_tokens_per_state
             beam.scan_position = [
@@ -210,12 +224,12 @@ class SegmentSearch:
             assert isinstance(attention, MonotonicAttention)
             todo = [n for n, at in enumerate(beam.found) if at < 0]
             if todo:
-                assert beam.selector is not None
-                projected, direction = beam.selector
+                assert beam.selector is not None and self._direction is not None
+                projected = beam.selector
                 offset = memory.offset
                 found, stops, evaluations = attention.walk(
                     projected if len(todo) == len(beam.found) else projected[todo],
-                    direction,
+                    self._direction,
                     memory.keys,
                     [beam.scan_position[n] - offset for n in todo],
                     memory.total - offset,
@@ -297,9 +311,6 @@ class SegmentSearch:
         # Every segment moves the start forward, so decoding always terminates.
         next_start = max(next_start, self.segment_start + 1)
         segment = Segment(tokens, positions, self.segment_start, next_start)
-        if self.keep_segments:
-            offset = self.memory.offset
-            segment.states = self.memory.states[self.segment_start - offset : next_start - offset]
         self.restart_at(next_start)
         return segment
 
@@ -312,7 +323,7 @@ class SegmentSearch:
     def _trim(self) -> None:
         """Drop states no hypothesis can read again: bounded memory for endless streams."""
         attention = self.model.decoder.attention
-        if isinstance(attention, SoftmaxAttention) or self.keep_segments:
+        if isinstance(attention, SoftmaxAttention):
             keep_from = self.segment_start
         else:
             keep_from = int(self.beam.pointer.min()) - attention.lookback

@@ -127,7 +127,7 @@ class Frontend:
             "floor": w.floor,
             "chunk": w.chunk,
             "left_context": w.left_context,
-            "int8": w.int8,
+            "int8": "rows" if w.int8 and w.quantization == "rows" else w.int8,
             "encoder": digest,
         }
         return key if self.causal else {**key, "full_attention": True}
@@ -225,5 +225,6 @@ def load_frontend(cfg: ModelConfig, bundle: Path | None = None) -> Frontend:
     teacher = (
         Path(cfg.whisper.teacher) / WEIGHTS_FILE if bundle is None else bundle / BUNDLE_TEACHER_FILE
     )
-    streams = quantized(encoder) if cfg.whisper.int8 else per_item(encoder)
+    w = cfg.whisper
+    streams = quantized(encoder, w.quantization == "rows") if w.int8 else per_item(encoder)
     return Frontend(cfg, streams, path, None, teacher)

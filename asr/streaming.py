@@ -86,7 +86,7 @@ def step_sessions(
     return outcomes
 
 
-@torch.no_grad()
+@torch.inference_mode()  # no_grad's bookkeeping too is per op: a few percent of serving
 def _step_round(
     sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
 ) -> list[list[Event] | Exception]:
@@ -153,15 +153,20 @@ class StreamingSession:
         self._encoder_state = model.encoder.initial_state(1)
         self._lm = lm
         # greedy partials: the search that runs as audio comes is greedy without the LM, and
-        # each final is decoded again with the beam and the LM over its segment's states
+        # each final comes from a search with the beam and the LM over its segment's states
         self._decode_finals = decode.greedy_partials and (
             decode.beam_size > 1 or decode.lm_weight > 0
         )
-        if self._decode_finals:
-            keep = self._teacher is None  # two-pass finals read the teacher's states instead
-            self._search = SegmentSearch(model, decode.greedy(), keep_segments=keep)
-        else:
-            self._search = SegmentSearch(model, decode, lm)
+        self._search = SegmentSearch(model, decode.greedy() if self._decode_finals else decode, lm)
+        # That search runs alongside the greedy one (two-pass finals search the teacher's
+        # states instead), fed each state once the greedy segment surely holds it, so that
+        # a final costs at its end only the segment's last few states, not the whole segment
+        self._finals: SegmentSearch | None = None
+        if self._decode_finals and self._teacher is None:
+            self._finals = SegmentSearch(model, decode, lm)
+        # states (and their keys) the finals' search awaits
+        self._finals_unfed: deque[tuple[torch.Tensor, torch.Tensor]] = deque()
+        self._finals_parts: list[Segment] = []  # what it ended inside the greedy segment
         self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))
         self._hop_tail = np.zeros(0, dtype=np.float32)
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
@@ -231,7 +236,10 @@ class StreamingSession:
     def _on_state(self, state: torch.Tensor) -> list[Event]:
         search = self._search
         decode = self.config.decode
-        search.append(state)
+        keys = self.model.decoder.attention.keys(state)
+        search.append(state, keys)
+        if self._finals is not None:
+            self._finals_unfed.append((state, keys))
         silent = self._state_is_silent()
         self._silent_states = self._silent_states + 1 if silent else 0
         events: list[Event] = []
@@ -246,6 +254,7 @@ class StreamingSession:
             events.append(
                 self._event("partial", prefix, search.segment_start, search.states_seen, positions)
             )
+        self._feed_finals(search.undecided_from)
         # Forced endpoints, checked at every state so that chunking cannot move them.
         seconds_in_segment = (search.states_seen - search.segment_start) * self.state_seconds
         trailing_silence = self._silent_states * self.state_seconds
@@ -257,6 +266,10 @@ class StreamingSession:
             segment = search.end_segment()
             events += self._final(segment)
             search.restart_at(search.states_seen)
+            if self._finals is not None:  # the next segment starts there for both searches
+                self._feed_finals(search.states_seen, decode=False)
+                self._finals.restart_at(search.states_seen)
+                self._finals_parts = []
             # The next segment needs trailing silence of its own: without this, one
             # token decoded in the same pause would close it again at once.
             self._silent_states = 0
@@ -266,13 +279,43 @@ class StreamingSession:
         self._partial = []
         if segment is not None and self._teacher is not None:
             segment = self._second_pass(segment)
-        elif segment is not None and self._decode_finals:
-            segment = self._decode_again(segment, segment.states)
+        elif segment is not None and self._finals is not None:
+            segment = self._final_from_beam(segment)
         if segment is None or not segment.tokens:
             return []
         event = self._event("final", segment.tokens, segment.start, segment.end, segment.positions)
         self._segment += 1
         return [event]
+
+    def _feed_finals(self, before: int, decode: bool = True) -> None:
+        """Give the finals' search the states before ``before`` it has not had, and search
+        them (unless ``decode`` is false: states the greedy search skipped)."""
+        finals = self._finals
+        count = 0 if finals is None else min(before - finals.states_seen, len(self._finals_unfed))
+        if finals is None or count <= 0:
+            return
+        fed = [self._finals_unfed.popleft() for _ in range(count)]
+        finals.append(torch.cat([s for s, _ in fed]), torch.cat([k for _, k in fed]))
+        while decode:
+            _, part = finals.advance(complete=False)
+            if part is None:
+                break
+            self._finals_parts.append(part)
+
+    def _final_from_beam(self, segment: Segment) -> Segment:
+        """The greedy segment's final from the finals' search: its remaining states, then the
+        search run to the segment's end as over complete memory."""
+        finals = self._finals
+        assert finals is not None
+        self._feed_finals(segment.end)
+        while finals.segment_start < segment.end:
+            _, part = finals.advance(complete=True)
+            if part is not None:
+                self._finals_parts.append(part)
+        parts, self._finals_parts = self._finals_parts, []
+        tokens = [t for part in parts for t in part.tokens]
+        positions = [p for part in parts for p in part.positions]
+        return Segment(tokens, positions, segment.start, segment.end)
 
     def _second_pass(self, segment: Segment) -> Segment:
         """The segment again, from the full-attention teacher over its log-mel frames, through
@@ -288,11 +331,9 @@ class StreamingSession:
         memory, lengths = self.model.encode(states, torch.tensor([states.shape[1]]))
         return self._decode_again(segment, memory[0, : int(lengths[0])])
 
-    def _decode_again(self, segment: Segment, states: torch.Tensor | None) -> Segment:
-        """The segment's final from a search over all of its encoder ``states`` at once, with
-        the beam and the language model of decode (the teacher's states, or the streaming ones
-        the greedy search kept)."""
-        assert states is not None
+    def _decode_again(self, segment: Segment, states: torch.Tensor) -> Segment:
+        """The segment's final from a search over all of its (teacher's) encoder ``states`` at
+        once, with the beam and the language model of decode."""
         found = search_states(self.model, states, self.config.decode, self._lm)
         tokens = [t for part in found for t in part.tokens]
         positions = [segment.start + p if p >= 0 else p for part in found for p in part.positions]

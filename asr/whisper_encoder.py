@@ -203,7 +203,7 @@ class EncoderStream:
         streaming.check(encoder.dims.n_ctx)
         self.encoder = encoder
         self.streaming = streaming
-        param = encoder.conv1.weight
+        param = encoder.positions  # float, on the encoder's device
         self._mel = param.new_zeros(0, encoder.dims.n_mels)  # frames from self._mel_start on
         self._mel_start = 0
         self._mel_count = 0
@@ -346,14 +346,16 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     return enc.norm(x)
 
 
-def _conv_as_linear(x: Tensor, conv: nn.Conv1d, stride: int) -> Tensor:
+def _conv_as_linear(x: Tensor, conv: nn.Module, stride: int) -> Tensor:
     """``conv`` (no padding) over x [B, T, C_in] -> [B, T', C_out], as one matrix product of
     the stacked input windows: on a chunk's few frames about three times faster on a CPU
     thread than torch's convolution, which takes its slow general path there."""
-    kernel = conv.kernel_size[0]
-    windows = x.unfold(1, kernel, stride)  # [B, T', C_in, kernel]: the weight's own layout
-    weight = conv.weight.view(conv.out_channels, -1)
+    windows = x.unfold(1, conv.kernel_size[0], stride)  # [B, T', C_in, kernel]: weight layout
     windows = windows.reshape(*windows.shape[:2], -1)
+    if isinstance(conv, Int8Conv):
+        return conv.linear(windows)
+    assert isinstance(conv, nn.Conv1d)
+    weight = conv.weight.view(conv.out_channels, -1)
     return per_stream(lambda item: F.linear(item, weight, conv.bias), windows)
 
 
@@ -365,14 +367,13 @@ def per_stream(product: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
 
 
 class PerItem(nn.Module):
-    """A linear layer (float, or dynamically quantized int8) applied to each item of the
-    batch alone, so that every stream's states are the same whatever it is batched with.
-
-    Dynamic int8 scales a call's activations by their largest value, so in a shared call a
-    loud session would set a quiet one's precision. In float, the rounding of a matrix
-    product can depend on how many rows it has (oneDNN's AVX-512 and AMX kernels), and one
-    part in a thousand is enough to change a transcript. Products of one chunk's few rows
-    cost about what a shared call's share does, while norms and the rest stay batched."""
+    """A linear layer (float, or torch's dynamic int8) applied to each item of the batch
+    alone, so that every stream's states are the same whatever it is batched with: the
+    rounding of a float matrix product can depend on how many rows it has (oneDNN's AVX-512
+    and AMX kernels), dynamic int8 scales a call's activations by their largest value (a
+    loud session would set a quiet one's precision), and one part in a thousand is enough to
+    change a transcript. Products of one chunk's few rows cost about what a shared call's
+    share does, while norms and the rest stay batched."""
 
     def __init__(self, linear: nn.Module) -> None:
         super().__init__()
@@ -380,6 +381,56 @@ class PerItem(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return per_stream(self.linear, x)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer in int8: weights quantised per output row once, activations per row
+    (per state) on every call, one integer matrix product, scales and bias applied after.
+
+    Integer products are exact and everything else is element by element, so a row's
+    output never depends on the rows it is computed with: streams batch together into one
+    product, whose weights are read once for all of them, and each still gets its states
+    alone bit for bit. Per-row scales also keep a quiet state's precision whatever is loud
+    next to it."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        weight = weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        rows = torch.round(weight / scale.unsqueeze(1)).to(torch.int8)
+        self.register_buffer("weight_t", rows.t().contiguous())  # [in, out], as _int_mm takes
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> Int8Linear:
+        return cls(linear.weight, linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        x_scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)
+        quantised = torch.div(rows, x_scale).round_().to(torch.int8)
+        y = torch._int_mm(quantised, self.weight_t).float().mul_(x_scale).mul_(self.scale)
+        if self.bias is not None:
+            y = y.add_(self.bias)
+        return y.view(*x.shape[:-1], -1)
+
+
+class Int8Conv(nn.Module):
+    """A convolution of the encoder in int8: its windows' product (see ``_conv_as_linear``)
+    through :class:`Int8Linear`."""
+
+    def __init__(self, conv: nn.Conv1d) -> None:
+        super().__init__()
+        self.kernel_size = conv.kernel_size
+        self.stride = conv.stride[0]
+        self.padding = int(conv.padding[0])  # type: ignore[index]
+        self.linear = Int8Linear(conv.weight.view(conv.out_channels, -1), conv.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """[B, C_in, T] -> [B, C_out, T'], as the float convolution (whole-utterance passes)."""
+        padded = F.pad(x, (self.padding, self.padding)).transpose(1, 2)
+        return _conv_as_linear(padded, self, self.stride).transpose(1, 2)
 
 
 def per_item(encoder: WhisperEncoder) -> WhisperEncoder:
@@ -391,18 +442,28 @@ def per_item(encoder: WhisperEncoder) -> WhisperEncoder:
     return encoder
 
 
-def quantized(encoder: WhisperEncoder) -> WhisperEncoder:
-    """A copy whose linear layers run in int8 (weights per row, activations per call and
-    batch item, see :class:`PerItem`): about half the float time on one CPU thread; the
-    convolutions and attention stay float."""
-    with warnings.catch_warnings():
-        # torch announces the quantisation API's deprecation on every load; a command that
-        # prints transcripts must not print that too
-        warnings.simplefilter("ignore", (UserWarning, DeprecationWarning))
-        copied = torch.ao.quantization.quantize_dynamic(
-            copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
-        )
-    return per_item(copied)
+def quantized(encoder: WhisperEncoder, rows: bool = True) -> WhisperEncoder:
+    """A copy in int8 for streaming (chunks go through ``encode_streams``); attention and
+    norms stay float. ``rows``: convolutions and linear layers as :class:`Int8Linear`, a
+    batch of streams at about a third of the float time on one CPU thread. Otherwise the
+    linear layers alone, through torch's dynamic quantisation per stream (:class:`PerItem`),
+    as the frames of models trained before ``rows`` were made."""
+    if not rows:
+        with warnings.catch_warnings():
+            # torch announces the quantisation API's deprecation on every load; a command
+            # that prints transcripts must not print that too
+            warnings.simplefilter("ignore", (UserWarning, DeprecationWarning))
+            dynamic = torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
+            )
+        return per_item(dynamic)
+    copied = copy.deepcopy(encoder).eval()
+    copied.conv1 = Int8Conv(encoder.conv1)  # type: ignore[assignment]
+    copied.conv2 = Int8Conv(encoder.conv2)  # type: ignore[assignment]
+    for layer in copied.layers:
+        for name in ("qkv", "out", "fc1", "fc2"):
+            setattr(layer, name, Int8Linear.of(getattr(layer, name)))
+    return copied
 
 
 def load_encoder(path: str | Path) -> WhisperEncoder:

@@ -1,11 +1,13 @@
 """Run model work off the event loop, batched across sessions.
 
-Sessions submit steps (new audio for ``accept``, or ``finish``) to one queue.
-A worker takes up to ``max_size`` pending steps, waiting at most ``max_wait``
-for a batch to fill, and runs them all in a single executor hop on one model
-thread. Each step's outcome (events or exception) goes back to its own
-session only, so a failing or slow client never blocks or breaks another.
-``finish`` steps go first: they are what a client waits on after ``stop``.
+Sessions submit steps (new audio for ``accept``, or ``finish``). A worker takes
+up to ``max_size`` pending steps, waiting at most ``max_wait`` for a batch to
+fill, and runs them all in a single executor hop on one model thread. Each
+step's outcome (events or exception) goes back to its own session only, so a
+failing or slow client never blocks or breaks another. ``finish`` steps go
+first and in batches of their own: they are what a client waits on after
+``stop``, and a batch of every other session's audio would make it wait for
+all of their encoder work (the audio waits a finish step's few milliseconds).
 
 ``step_sessions`` (the server's) runs the encoder once for all streaming
 sessions of a batch (``asr.streaming.step_sessions``); ``step_each``, the
@@ -16,8 +18,9 @@ the ``BatchStep`` signature works.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -93,8 +96,9 @@ class BatchWorker:
         self.on_batch = on_batch  # (batch size, seconds of compute) for metrics
         # one thread: a single owner of the model keeps each session's steps in order
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-model")
-        self._queue: asyncio.PriorityQueue[tuple[int, int, Step]] = asyncio.PriorityQueue()
-        self._order = itertools.count()  # FIFO among steps of equal priority
+        self._finishes: deque[Step] = deque()
+        self._audio: deque[Step] = deque()
+        self._pending = asyncio.Event()  # set when a step arrives
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -104,9 +108,10 @@ class BatchWorker:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        while not self._queue.empty():
-            _, _, step = self._queue.get_nowait()
+        for step in [*self._finishes, *self._audio]:
             _settle(step, RuntimeError("the model worker has stopped"))
+        self._finishes.clear()
+        self._audio.clear()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     async def accept(self, stream: Stream, samples: np.ndarray) -> list[Event]:
@@ -121,24 +126,32 @@ class BatchWorker:
 
     async def _submit(self, stream: Stream, samples: np.ndarray | None) -> list[Event]:
         future: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
-        priority = 0 if samples is None else 1
-        self._queue.put_nowait((priority, next(self._order), Step(stream, samples, future)))
+        (self._finishes if samples is None else self._audio).append(Step(stream, samples, future))
+        self._pending.set()
         return await future
 
+    async def _next_arrival(self, timeout: float | None = None) -> None:
+        """Wait until a step is submitted (or ``timeout`` seconds pass)."""
+        self._pending.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._pending.wait(), timeout)
+
     async def _collect(self) -> list[Step]:
-        batch = [(await self._queue.get())[2]]
+        while not (self._finishes or self._audio):
+            await self._next_arrival()
+        batch: list[Step] = []
         deadline = time.monotonic() + self.max_wait_s
-        while len(batch) < self.max_size:
-            if not self._queue.empty():
-                batch.append(self._queue.get_nowait()[2])
+        while not self._finishes and len(batch) < self.max_size:
+            if self._audio:
+                batch.append(self._audio.popleft())
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            try:
-                batch.append((await asyncio.wait_for(self._queue.get(), remaining))[2])
-            except asyncio.TimeoutError:
-                break
+            await self._next_arrival(remaining)
+        if self._finishes:  # they go first, alone: the audio waits in its order
+            self._audio.extendleft(reversed(batch))
+            batch = [self._finishes.popleft() for _ in range(min(self.max_size, len(self._finishes)))]
         # a session that went away while queued no longer needs its step
         return [step for step in batch if not step.future.done()]
 

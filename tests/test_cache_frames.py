@@ -66,6 +66,9 @@ def test_the_cache_key_follows_what_the_frames_depend_on() -> None:
     assert key("model.whisper.carry_teacher=true", "model.whisper.teacher=elsewhere") == base
     for changed in ("model.whisper.chunk=16", "model.whisper.int8=true", "model.whisper.floor=-8"):
         assert key(changed) != base, changed
+    rows = "model.whisper.quantization=rows"
+    assert key(rows) == base  # float frames: no quantisation to tell apart
+    assert key("model.whisper.int8=true", rows) != key("model.whisper.int8=true")
 
 
 def test_teacher_states_are_cached_for_the_training_manifest_and_read(

@@ -248,9 +248,11 @@ def test_settings_validation_and_origins():
     assert Settings().origin_allowed("https://anything.example")
 
 
-def test_worker_runs_finish_steps_first():
-    """After stop a client waits on finish(); audio steps of other sessions can wait a little."""
+def test_worker_runs_finish_steps_first_and_alone():
+    """After stop a client waits on finish(); audio steps of other sessions can wait a little,
+    and do not join its batch (it would wait for their encoder work)."""
     order: list[str] = []
+    sizes: list[int] = []
 
     class Named(Recorder):
         def __init__(self, name: str) -> None:
@@ -266,12 +268,17 @@ def test_worker_runs_finish_steps_first():
             return super().finish()
 
     async def main():
-        worker = BatchWorker(max_size=2, max_wait_s=0.0)
+        worker = BatchWorker(max_size=8, max_wait_s=0.0, on_batch=lambda n, _: sizes.append(n))
         worker.start()
         steps = [worker.accept(Named(str(i)), np.zeros(1, np.float32)) for i in range(3)]
         await asyncio.gather(*steps, worker.finish(Named("x")))
+        for _ in range(100):  # the last batch is counted just after its outcomes
+            if sum(sizes) == 4:
+                break
+            await asyncio.sleep(0.01)
         await worker.close()
 
     asyncio.run(main())
     assert order[0] == "finish x"
     assert order[1:] == ["accept 0", "accept 1", "accept 2"]
+    assert sizes == [1, 3]

@@ -23,7 +23,7 @@ import torch
 
 from asr.audio import read_audio, resample
 from asr.bundle import load_model
-from asr.decoding import SegmentSearch, drain, search_states
+from asr.decoding import SegmentSearch, drain
 from asr.events import Event
 from asr.lm import TokenLM
 from asr.recognizer import Recognizer
@@ -185,19 +185,22 @@ def test_greedy_partials_come_as_greedy_and_finals_from_the_beam_and_lm(
         alone = stream(greedy, x, rate, sizes)
         # the partials are the greedy search's, token for token and time for time
         assert [e for e in events if not e.final] == [e for e in alone if not e.final]
-        # each final: the greedy segment's states searched again with the beam and the LM
+        # each final: the beam and the LM searching from the greedy segment's first state to
+        # its end, as over complete memory
         feats = torch.from_numpy(
             greedy.frontend.compute(resample(x, rate, greedy.frontend.sample_rate))
         )
         with torch.no_grad():
             memory, _ = greedy.model.encode(feats[None], torch.tensor([len(feats)]))
-        search = SegmentSearch(greedy.model, greedy.config.decode, keep_segments=True)
+        search = SegmentSearch(greedy.model, greedy.config.decode)
         search.append(memory[0])
         expected = []
         for segment in drain(search):
-            assert segment.states is not None
-            again = search_states(greedy.model, segment.states, fused.config.decode, fused.lm)
-            tokens = [t for part in again for t in part.tokens]
+            again = SegmentSearch(greedy.model, fused.config.decode, fused.lm)
+            for state in memory[0, : segment.end]:  # one by one, as a stream gives them
+                again.append(state[None])
+            again.restart_at(segment.start)
+            tokens = [t for part in drain(again) for t in part.tokens]
             if tokens:
                 expected.append(fused.tokenizer.pieces(tokens))
         assert [e.tokens for e in events if e.final] == expected, f"utterance {i}"

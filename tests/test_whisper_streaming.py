@@ -111,14 +111,18 @@ def test_sessions_stepped_together_match_each_alone(
     assert sum(len(f[1]) for a in alone for f in a) > 0
 
 
-def test_int8_encoder_stays_near_float(whisper_bundle: Path, utterances: list) -> None:
+@pytest.mark.parametrize("quantization", ["rows", "dynamic"])
+def test_int8_encoder_stays_near_float(
+    whisper_bundle: Path, utterances: list, quantization: str
+) -> None:
     import torch
 
     from asr.bundle import load_model as load
     from asr.config import Config
     from asr.frontend import load_frontend
 
-    config = Config.load(whisper_bundle / "config.json", ["model.whisper.int8=true"])
+    overrides = ["model.whisper.int8=true", f"model.whisper.quantization={quantization}"]
+    config = Config.load(whisper_bundle / "config.json", overrides)
     int8 = load_frontend(config.model, whisper_bundle)
     float32 = load(whisper_bundle).frontend
     assert float32 is not None
@@ -129,27 +133,34 @@ def test_int8_encoder_stays_near_float(whisper_bundle: Path, utterances: list) -
     a, b = (torch.from_numpy(np.concatenate([s.accept(samples), s.finish()])) for s in streams)
     relative = float(((a - b) ** 2).sum() / (a**2).sum())
     cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
-    # measured on this utterance: relative squared error 0.03, cosine 0.98
-    assert relative < 0.08 and cosine > 0.95
+    # measured on this utterance: relative squared error 0.068 and cosine 0.963 (dynamic);
+    # 0.018 and 0.988 with rows, which scale each state apart (the convolutions in int8 too)
+    if quantization == "rows":
+        assert relative < 0.04 and cosine > 0.975
+    else:
+        assert relative < 0.12 and cosine > 0.94
     # training's cache of an int8 model holds exactly what its streams serve
     assert torch.equal(torch.from_numpy(int8.compute(samples)), b)
 
 
 @pytest.mark.parametrize("int8", ["true", "false"])
+@pytest.mark.parametrize("quantization", ["rows", "dynamic"])
 def test_streams_batched_together_give_each_its_frames_alone(
-    whisper_bundle: Path, utterances: list, int8: str
+    whisper_bundle: Path, utterances: list, int8: str, quantization: str
 ) -> None:
-    """int8 scales activations per call: a server batching a loud session with a quiet one
-    must not let the loud one set the quiet one's precision (nor any session another's). In
-    float, a matrix product's rounding can depend on its row count (AVX-512, AMX), which
-    changed transcripts: each stream gets its frames alone bit for bit either way."""
+    """Dynamic int8 scales activations per call: a server batching a loud session with a
+    quiet one must not let the loud one set the quiet one's precision (nor any session
+    another's). In float, a matrix product's rounding can depend on its row count (AVX-512,
+    AMX), which changed transcripts. Rows int8 batches its products and stays exact. Each
+    stream gets its frames alone bit for bit in every case."""
     import torch
 
     from asr.audio import resample
     from asr.config import Config
     from asr.frontend import frames_of_many, load_frontend
 
-    config = Config.load(whisper_bundle / "config.json", [f"model.whisper.int8={int8}"])
+    overrides = [f"model.whisper.int8={int8}", f"model.whisper.quantization={quantization}"]
+    config = Config.load(whisper_bundle / "config.json", overrides)
     frontend = load_frontend(config.model, whisper_bundle)
     audio = [resample(*utterances[i], 16000) * gain for i, gain in ((0, 8.0), (1, 0.05), (2, 1.0))]
     alone = []

@@ -236,8 +236,8 @@ def evaluate_columns(
 
 def fusion(args: argparse.Namespace, splits: dict[str, Path]) -> dict[str, Any]:
     """Shallow fusion as the published bundle serves it: an n-gram LM over the corpus's text,
-    partials from the greedy search and each final decoded again with a beam of LM_BEAM and
-    the LM, at the weight of LM_WEIGHTS best on the dev split; then its finals (streaming and
+    partials from the greedy search and each final from a search with a beam of LM_BEAM and
+    the LM over its segment's states, at the weight of LM_WEIGHTS best on the dev split; then its finals (streaming and
     two-pass) on every split. The LM and the chosen search go into the run's best_bundle
     (lm.npz, config.json), which publishing copies."""
     run = args.run
@@ -339,6 +339,7 @@ def model_facts(out: Path) -> dict[str, Any]:
         "chunk_ms": round(cfg.whisper.chunk * frame_ms),
         "left_context_s": cfg.whisper.left_context * frame_ms / 1000,
         "int8": cfg.whisper.int8,
+        "quantization": cfg.whisper.quantization,
         "two_pass_default": config.decode.two_pass,
         "encoder": {"layers": cfg.encoder.layers, "units": cfg.encoder.units},
         "reductions": list(cfg.encoder.reductions),
@@ -628,11 +629,20 @@ def word_latency_text(result: dict[str, Any] | None, out: str) -> str:
         lines += [
             "",
             "  A word counts as shown once it stays in place to the end, so where a final "
-            "decoded again differs from the partials, its changed words (and those after them, "
+            "from the beam and the LM differs from the partials, its changed words (and those after them, "
             "when the word count changes) count from the segment's end: the tails of the rows "
             "below the streaming pass.",
         ]
     return "\n".join(lines)
+
+
+def serving_precision(model: dict[str, Any]) -> str:
+    """The encoder's arithmetic when serving, as the card's first paragraph says it."""
+    if not model["int8"]:
+        return "float when serving"
+    if model.get("quantization", "dynamic") == "rows":
+        return "int8 convolutions and linear layers when serving (each state quantised apart)"
+    return "int8 linear layers when serving (torch's dynamic quantisation)"
 
 
 def fusion_text(metrics: dict[str, Any]) -> str:
@@ -644,7 +654,8 @@ def fusion_text(metrics: dict[str, Any]) -> str:
     return (
         f"With the LM (the last two columns, as `asr serve`, `asr transcribe` and the page run "
         f"this bundle): partials come from the greedy search at its latency, and each final "
-        f"is decoded again over its segment's states with a beam of {fused['beam']} and "
+        f"from a second search over its segment's states, run alongside as the audio comes, "
+        f"with a beam of {fused['beam']} and "
         f"`lm.npz`, a {fused['order']}-gram over the model's tokens trained on the corpus's "
         f"text (`lm_text.txt`, held-out sentences excluded), added at weight {fused['weight']:g}"
         f" (decode.greedy_partials, beam_size, lm_weight in config.json). The weight was chosen "
@@ -732,7 +743,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
     text = CARD.format(
         chunk_ms=model["chunk_ms"],
         left_s=model["left_context_s"],
-        int8=f"{'int8' if model['int8'] else 'float'} linear layers when serving",
+        int8=serving_precision(model),
         enc=model["encoder"],
         reductions=", ".join(map(str, model["reductions"])),
         state_ms=model["state_ms"],
