@@ -151,7 +151,9 @@ class BatchWorker:
             await self._next_arrival(remaining)
         if self._finishes:  # they go first, alone: the audio waits in its order
             self._audio.extendleft(reversed(batch))
-            batch = [self._finishes.popleft() for _ in range(min(self.max_size, len(self._finishes)))]
+            batch = [
+                self._finishes.popleft() for _ in range(min(self.max_size, len(self._finishes)))
+            ]
         # a session that went away while queued no longer needs its step
         return [step for step in batch if not step.future.done()]
 
