@@ -140,19 +140,16 @@ class SegmentSearch:
                 keys = self.model.decoder.attention.keys(states)
             self.memory.append(states, keys)
 
-    def advance(self, complete: bool = False) -> tuple[list[int], Segment | None]:
-        """Decode as far as the memory allows.
-
-        Returns the current stable prefix of the segment (tokens every live
-        hypothesis agrees on) and the segment if it ended. At most one
-        segment ends per call, so callers loop while a segment comes back.
-        """
+    def advance(self, complete: bool = False) -> Segment | None:
+        """Decode as far as the memory allows; the segment if it ended (None: waiting for
+        memory, and :meth:`stable_prefix` says what the segment holds so far). At most one
+        segment ends per call, so callers loop while a segment comes back."""
         while True:
             outcome = self._step(complete)
             if outcome is None:  # waiting for memory
-                return self.stable_prefix(), None
+                return None
             if isinstance(outcome, Segment):
-                return [], outcome
+                return outcome
 
     def end_segment(self) -> Segment | None:
         """Force the current segment to end here (trailing silence, length limit)."""
@@ -172,6 +169,7 @@ class SegmentSearch:
         return list(self.beam.positions[0])
 
     def stable_prefix(self) -> list[int]:
+        """The segment's tokens every live hypothesis agrees on."""
         tokens = self.beam.tokens
         prefix = tokens[0]
         for other in tokens[1:]:
@@ -353,7 +351,7 @@ def drain(search: SegmentSearch) -> list[Segment]:
     """Run a search over complete memory to the end, collecting every non-empty segment."""
     segments = []
     while search.segment_start < search.states_seen:
-        _, segment = search.advance(complete=True)
+        segment = search.advance(complete=True)
         if segment is not None and segment.tokens:
             segments.append(segment)
     return segments

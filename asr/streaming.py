@@ -229,7 +229,7 @@ class StreamingSession:
         if self._finished:
             search = self._search
             while search.segment_start < search.states_seen:
-                _, segment = search.advance(complete=True)
+                segment = search.advance(complete=True)
                 events += self._final(segment)
         return events
 
@@ -244,10 +244,11 @@ class StreamingSession:
         self._silent_states = self._silent_states + 1 if silent else 0
         events: list[Event] = []
         while True:
-            prefix, segment = search.advance(complete=False)
+            segment = search.advance(complete=False)
             if segment is None:
                 break
             events += self._final(segment)
+        prefix = search.stable_prefix()
         if prefix != self._partial:
             self._partial = prefix
             positions = search.best_positions[: len(prefix)]
@@ -297,7 +298,7 @@ class StreamingSession:
         fed = [self._finals_unfed.popleft() for _ in range(count)]
         finals.append(torch.cat([s for s, _ in fed]), torch.cat([k for _, k in fed]))
         while decode:
-            _, part = finals.advance(complete=False)
+            part = finals.advance(complete=False)
             if part is None:
                 break
             self._finals_parts.append(part)
@@ -309,7 +310,7 @@ class StreamingSession:
         assert finals is not None
         self._feed_finals(segment.end)
         while finals.segment_start < segment.end:
-            _, part = finals.advance(complete=True)
+            part = finals.advance(complete=True)
             if part is not None:
                 self._finals_parts.append(part)
         parts, self._finals_parts = self._finals_parts, []

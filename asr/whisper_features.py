@@ -64,6 +64,13 @@ def mel_filters(
 
 _WINDOW = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic Hann
 _FILTERS = mel_filters()
+# Each triangle covers a few adjacent bins (1 to 14; 391 in all): its mel power is the sum
+# of those bins' weighted power, added in order. A matrix product would be cheaper still,
+# but its rounding may follow the number of frames, and a stream's frames must not.
+_BINS = [np.flatnonzero(row) for row in _FILTERS]
+_BIN_INDEX = np.concatenate(_BINS)
+_BIN_WEIGHT = np.concatenate([row[bins] for row, bins in zip(_FILTERS, _BINS)])
+_FIRST_BIN = np.cumsum([0] + [len(bins) for bins in _BINS[:-1]])
 
 
 def _log_mel_power(windows: np.ndarray) -> np.ndarray:
@@ -71,8 +78,8 @@ def _log_mel_power(windows: np.ndarray) -> np.ndarray:
     power = np.abs(np.fft.rfft(windows * _WINDOW, axis=1)) ** 2
     mel = np.empty((len(windows), N_MELS))
     for i in range(0, len(windows), _BLOCK):
-        block = power[i : i + _BLOCK]
-        mel[i : i + _BLOCK] = (block[:, None, :] * _FILTERS[None]).sum(axis=2)
+        weighted = power[i : i + _BLOCK, _BIN_INDEX] * _BIN_WEIGHT
+        mel[i : i + _BLOCK] = np.add.reduceat(weighted, _FIRST_BIN, axis=1)
     return np.log10(np.maximum(mel, 1e-10))
 
 

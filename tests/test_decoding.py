@@ -106,12 +106,12 @@ def test_tokens_come_out_as_soon_as_their_state_exists(tiny_bundle: Path, speech
     search = SegmentSearch(model, config.decode)
     for n in range(memory.shape[1]):
         search.append(memory[0, n : n + 1])
-        prefix, segment = search.advance()
-        assert segment is None
+        assert search.advance() is None
+        prefix = search.stable_prefix()
         # exactly the tokens whose selected state has arrived
         assert prefix == [t for t, p in zip(tokens, positions) if p <= n]
         assert search.evaluations <= n + 1 + len(prefix) + 1
-    _, segment = search.advance(complete=True)
+    segment = search.advance(complete=True)
     assert segment is not None and segment.tokens == tokens
 
 
@@ -127,7 +127,7 @@ def test_softmax_segment_consumes_the_whole_memory() -> None:
         model.decoder.out.bias[EOS_ID] = 100.0  # end of sentence at once
     search = SegmentSearch(model, config.decode)
     search.append(random_memory(30))
-    _, segment = search.advance(complete=True)
+    segment = search.advance(complete=True)
     assert segment is not None and segment.end == 30
     assert search.segment_start == 30  # no second segment over the last state
     assert drain(search) == []
