@@ -254,11 +254,12 @@ class SegmentSearch:
         if self.lm is not None and self.cfg.lm_weight > 0:
             fused = torch.stack([self.lm.log_probs(tokens) for tokens in beam.tokens])
             log_probs = log_probs + self.cfg.lm_weight * fused
-        log_probs = log_probs.clone()
-        log_probs[ran_off] = float("-inf")
-        log_probs[ran_off, EOS_ID] = 0.0
-        if not self.cfg.endpoint_on_eos:
-            log_probs[~ran_off, EOS_ID] = float("-inf")
+        if not self.cfg.endpoint_on_eos or bool(ran_off.any()):  # (most steps: neither)
+            log_probs = log_probs.clone()
+            log_probs[ran_off] = float("-inf")
+            log_probs[ran_off, EOS_ID] = 0.0
+            if not self.cfg.endpoint_on_eos:
+                log_probs[~ran_off, EOS_ID] = float("-inf")
         total = (beam.scores.unsqueeze(1) + log_probs).view(-1)
         k = min(self.cfg.beam_size, total.numel())
         best_scores, best = total.topk(k)
