@@ -150,9 +150,10 @@ class DecodeConfig:
     # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
     lm_weight: float = 0.0
     # Partials from a greedy search without the LM, so they come as fast as greedy decoding
-    # does (a beam's partials wait until all its hypotheses agree); each final is then
-    # decoded again over its segment's encoder states with beam_size and lm_weight (the
-    # teacher's states with two_pass). Finals may then differ from the last partial.
+    # does (a beam's partials wait until all its hypotheses agree); each final comes from a
+    # second search with beam_size and lm_weight over its segment's encoder states, run
+    # alongside as they arrive (over the teacher's states with two_pass, at the segment's
+    # end). Finals may then differ from the last partial.
     greedy_partials: bool = False
 
     def greedy(self) -> DecodeConfig:

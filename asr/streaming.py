@@ -122,6 +122,14 @@ def _step_round(
     return outcomes
 
 
+def _joined(parts: list[Segment], segment: Segment, offset: int = 0) -> Segment:
+    """The tokens of a second search's ``parts`` as ``segment``'s final (their selecting
+    states moved by ``offset``: a search over the segment's states alone counts from 0)."""
+    tokens = [t for part in parts for t in part.tokens]
+    positions = [p + offset if p >= 0 else p for part in parts for p in part.positions]
+    return Segment(tokens, positions, segment.start, segment.end)
+
+
 def _raise_or_return(outcome: list[Event] | Exception) -> list[Event]:
     if isinstance(outcome, Exception):
         raise outcome
@@ -292,10 +300,12 @@ class StreamingSession:
         """Give the finals' search the states before ``before`` it has not had, and search
         them (unless ``decode`` is false: states the greedy search skipped)."""
         finals = self._finals
-        count = 0 if finals is None else min(before - finals.states_seen, len(self._finals_unfed))
-        if finals is None or count <= 0:
+        if finals is None:
             return
-        fed = [self._finals_unfed.popleft() for _ in range(count)]
+        count = min(before - finals.states_seen, len(self._finals_unfed))
+        fed = [self._finals_unfed.popleft() for _ in range(max(count, 0))]
+        if not fed:
+            return
         finals.append(torch.cat([s for s, _ in fed]), torch.cat([k for _, k in fed]))
         while decode:
             part = finals.advance(complete=False)
@@ -314,9 +324,7 @@ class StreamingSession:
             if part is not None:
                 self._finals_parts.append(part)
         parts, self._finals_parts = self._finals_parts, []
-        tokens = [t for part in parts for t in part.tokens]
-        positions = [p for part in parts for p in part.positions]
-        return Segment(tokens, positions, segment.start, segment.end)
+        return _joined(parts, segment)
 
     def _second_pass(self, segment: Segment) -> Segment:
         """The segment again, from the full-attention teacher over its log-mel frames, through
@@ -336,9 +344,7 @@ class StreamingSession:
         """The segment's final from a search over all of its (teacher's) encoder ``states`` at
         once, with the beam and the language model of decode."""
         found = search_states(self.model, states, self.config.decode, self._lm)
-        tokens = [t for part in found for t in part.tokens]
-        positions = [segment.start + p if p >= 0 else p for part in found for p in part.positions]
-        return Segment(tokens, positions, segment.start, segment.end)
+        return _joined(found, segment, offset=segment.start)
 
     def _event(
         self, kind: str, tokens: list[int], start: int, end: int, positions: list[int]
