@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -44,16 +45,18 @@ class _Beam:
     state: DecoderState
     tokens: list[list[int]]
     positions: list[list[int]]
-    scores: Tensor  # [N] log-probabilities
-    pointer: Tensor  # [N] absolute index the next scan starts from
-    repeats: Tensor  # [N] tokens already selected at ``pointer``
+    # numpy, not tensors: a step's bookkeeping is a handful of numbers, where each torch
+    # call would cost more in dispatch than in arithmetic
+    scores: np.ndarray  # [N] float32 log-probabilities
+    pointer: np.ndarray  # [N] absolute index the next scan starts from
+    repeats: np.ndarray  # [N] tokens already selected at ``pointer``
     # the step in progress (its query exists, its scans may wait for memory)
     pending: tuple[Tensor, list[Tensor], list[Tensor]] | None = None
     # the step's query as the selection energy projects it
     selector: Tensor | None = None
     scan_position: list[int] = field(default_factory=list)  # absolute, per hypothesis
     found: list[int] = field(default_factory=list)  # absolute state chosen so far (-1: none)
-    selected: Tensor | None = None  # [N] the step's choices, once the step can be taken
+    selected: np.ndarray | None = None  # [N] the step's choices, once the step can be taken
     evaluations: int = 0
 
 
@@ -185,9 +188,9 @@ class SegmentSearch:
             state=self.model.decoder.initial_state(1),
             tokens=[[]],
             positions=[[]],
-            scores=torch.zeros(1),
-            pointer=torch.full((1,), start, dtype=torch.long),
-            repeats=torch.zeros(1, dtype=torch.long),
+            scores=np.zeros(1, np.float32),
+            pointer=np.full(1, start),
+            repeats=np.zeros(1, np.int64),
         )
 
     def _step(self, complete: bool) -> Segment | None | bool:
@@ -217,7 +220,7 @@ class SegmentSearch:
                 return self._close(None)
             keys = memory.keys[self.segment_start - memory.offset :]
             context = attention.full_context(query, states, keys)
-            beam.selected = torch.full_like(beam.pointer, memory.total - 1)
+            beam.selected = np.full_like(beam.pointer, memory.total - 1)
         else:
             assert isinstance(attention, MonotonicAttention)
             todo = [n for n, at in enumerate(beam.found) if at < 0]
@@ -239,38 +242,41 @@ class SegmentSearch:
                 if min(beam.found) < 0 and not complete:
                     return None
                 # With complete memory, a scan that found nothing is "no state chosen".
-            beam.selected = torch.tensor(beam.found)
+            beam.selected = np.array(beam.found)
             local = torch.tensor([at - memory.offset if at >= 0 else -1 for at in beam.found])
             context = attention.hard_context(query, memory.states, memory.keys, local)
 
-        log_probs = torch.log_softmax(decoder.logits(query, context), dim=-1)
+        log_probs = torch.log_softmax(decoder.logits(query, context), dim=-1).detach().numpy()
         return self._extend(log_probs, context, hs, cs)
 
-    def _extend(self, log_probs: Tensor, context: Tensor, hs: list[Tensor], cs: list[Tensor]):
+    def _extend(self, log_probs: np.ndarray, context: Tensor, hs: list[Tensor], cs: list[Tensor]):
         beam = self.beam
+        assert beam.selected is not None
         n, vocab = log_probs.shape
         ran_off = beam.selected < 0
         # A hypothesis whose scan found nothing in complete memory can only end.
         if self.lm is not None and self.cfg.lm_weight > 0:
-            fused = torch.stack([self.lm.log_probs(tokens) for tokens in beam.tokens])
-            log_probs = log_probs + self.cfg.lm_weight * fused
-        if not self.cfg.endpoint_on_eos or bool(ran_off.any()):  # (most steps: neither)
-            log_probs = log_probs.clone()
-            log_probs[ran_off] = float("-inf")
+            fused = np.stack([self.lm.log_probs(tokens) for tokens in beam.tokens])
+            log_probs = log_probs + np.float32(self.cfg.lm_weight) * fused
+        if not self.cfg.endpoint_on_eos or ran_off.any():  # (most steps: neither)
+            log_probs = log_probs.copy()
+            log_probs[ran_off] = -np.inf
             log_probs[ran_off, EOS_ID] = 0.0
             if not self.cfg.endpoint_on_eos:
-                log_probs[~ran_off, EOS_ID] = float("-inf")
-        total = (beam.scores.unsqueeze(1) + log_probs).view(-1)
-        k = min(self.cfg.beam_size, total.numel())
-        best_scores, best = total.topk(k)
-        hyp = torch.div(best, vocab, rounding_mode="floor")
-        token = best % vocab
-        if int(token[0]) == EOS_ID:
+                log_probs[~ran_off, EOS_ID] = -np.inf
+        total = (beam.scores[:, None] + log_probs).ravel()
+        k = min(self.cfg.beam_size, total.size)
+        if k > 1:  # the k best, best first
+            best = np.argpartition(-total, k - 1)[:k]
+            best = best[np.argsort(-total[best], kind="stable")]
+        else:
+            best = np.array([total.argmax()])
+        hyp, token = np.divmod(best, vocab)
+        if token[0] == EOS_ID:
             return self._close(int(hyp[0]))
         keep = token != EOS_ID
-        hyp, token, best_scores = hyp[keep], token[keep], best_scores[keep]
-        selected = beam.selected[hyp]
-        self._adopt(hyp, token, best_scores, selected, context, hs, cs)
+        hyp, token, best = hyp[keep], token[keep], best[keep]
+        self._adopt(hyp, token, total[best], beam.selected[hyp], context, hs, cs)
         if len(self.beam.tokens[0]) >= self.cfg.max_tokens:
             # Cap reached: end with the best hypothesis, resume after its last state.
             last = self.beam.positions[0][-1]
@@ -280,13 +286,16 @@ class SegmentSearch:
     def _adopt(self, hyp, token, scores, selected, context, hs, cs) -> None:
         beam = self.beam
         same = selected == beam.pointer[hyp]
+        rows = torch.from_numpy(hyp)
         self.beam = _Beam(
-            state=DecoderState([h[hyp] for h in hs], [c[hyp] for c in cs], token, context[hyp]),
+            state=DecoderState(
+                [h[rows] for h in hs], [c[rows] for c in cs], torch.from_numpy(token), context[rows]
+            ),
             tokens=[beam.tokens[i] + [t] for i, t in zip(hyp.tolist(), token.tolist())],
             positions=[beam.positions[i] + [p] for i, p in zip(hyp.tolist(), selected.tolist())],
             scores=scores,
             pointer=selected,
-            repeats=torch.where(same, beam.repeats[hyp] + 1, torch.ones_like(selected)),
+            repeats=np.where(same, beam.repeats[hyp] + 1, 1),
         )
         self._trim()
 

@@ -19,8 +19,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from asr.tokenizer import BLANK_ID, EOS_ID
 
@@ -59,7 +57,7 @@ class TokenLM:
             rows = np.argsort(keys, kind="stable")
             index = (keys[rows], rows, contexts)
             self._orders.append((index, offsets, nexts, alphas, gammas))
-        self._cache: dict[tuple[int, ...], Tensor] = {}
+        self._cache: dict[tuple[int, ...], np.ndarray] = {}
 
     # -- training -------------------------------------------------------------------
     @classmethod
@@ -102,8 +100,9 @@ class TokenLM:
         return cls(vocab_size, unigram, tables[1:])
 
     # -- queries ------------------------------------------------------------------
-    def log_probs(self, history: Sequence[int]) -> Tensor:
-        """log P(next token | the tokens of the sentence so far), over the whole vocabulary."""
+    def log_probs(self, history: Sequence[int]) -> np.ndarray:
+        """log P(next token | the tokens of the sentence so far), over the whole vocabulary
+        (float32; the cached array itself, so read-only to callers)."""
         context = tuple([EOS_ID] * (self.order - 1) + list(history))[len(history) :]
         cached = self._cache.get(context)
         if cached is not None:
@@ -117,7 +116,7 @@ class TokenLM:
             probs *= gammas[row]
             probs[nexts[lo:hi]] += alphas[lo:hi]
         with np.errstate(divide="ignore"):
-            result = torch.from_numpy(np.log(probs).astype(np.float32))
+            result = np.log(probs).astype(np.float32)
         if len(self._cache) >= _CACHE_SIZE:
             self._cache.clear()
         self._cache[context] = result

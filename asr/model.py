@@ -150,6 +150,14 @@ def _stack(pending: Tensor, x: Tensor, r: int) -> tuple[Tensor, Tensor]:
     return x[:, :usable].reshape(x.shape[0], usable // r, x.shape[2] * r), x[:, usable:]
 
 
+def _lstm_update(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """nn.LSTMCell's update from its gate pre-activations [N, 4H] (input, forget, cell,
+    output): the new (h, c)."""
+    i, f, g, o = gates.chunk(4, 1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
 @dataclass
 class DecoderState:
     """Recurrent state of N hypotheses: per-layer (h, c), last token, last context."""
@@ -187,6 +195,8 @@ class Decoder(nn.Module):
         self.hidden = nn.Linear(cfg.units + memory_dim, cfg.embed_dim)
         self.out = nn.Linear(cfg.embed_dim, vocab_size)
         self.dropout = nn.Dropout(cfg.dropout)
+        self._gate_table = torch.empty(0)  # see _token_gates
+        self._gate_table_key: tuple[tuple[int, int], ...] = ()
 
     def initial_state(self, batch: int) -> DecoderState:
         device = self.embed.weight.device
@@ -200,16 +210,39 @@ class Decoder(nn.Module):
 
     def query(self, state: DecoderState) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Advance the LSTM by the previous token (and context, with feedback): (query, new h, new c)."""
-        x = self.embed(state.token)
-        if self.cfg.context_feedback:
-            x = torch.cat([x, state.context], dim=-1)
         hs, cs = [], []
         for i, cell in enumerate(self.cells):
-            h, c = cell(self.dropout(x) if i > 0 else x, (state.h[i], state.c[i]))
+            if i == 0:
+                gates = self._token_gates(state.token)
+                if self.cfg.context_feedback:
+                    feedback = cell.weight_ih[:, self.cfg.embed_dim :]
+                    gates = gates + F.linear(state.context, feedback)
+                gates = gates + F.linear(state.h[0], cell.weight_hh)
+            else:
+                gates = F.linear(self.dropout(hs[-1]), cell.weight_ih, cell.bias_ih)
+                gates = gates + F.linear(state.h[i], cell.weight_hh, cell.bias_hh)
+            h, c = _lstm_update(gates, state.c[i])
             hs.append(h)
             cs.append(c)
-            x = h
-        return x, hs, cs
+        return hs[-1], hs, cs
+
+    def _token_gates(self, token: Tensor) -> Tensor:
+        """The first cell's gate inputs from the previous token, both biases included [N, 4H].
+
+        Outside autograd they are rows of a table over the vocabulary, kept while the
+        weights stay the same (their version counters tell): a search step then multiplies
+        only the recurrent weights, half the first cell's product and most of its time
+        for the one to four hypotheses of a step."""
+        cell = self.cells[0]
+        params = (self.embed.weight, cell.weight_ih, cell.bias_ih, cell.bias_hh)
+        weight = cell.weight_ih[:, : self.cfg.embed_dim]
+        if torch.is_grad_enabled():
+            return F.linear(self.embed(token), weight, cell.bias_ih + cell.bias_hh)
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if self._gate_table_key != key:
+            self._gate_table = F.linear(self.embed.weight, weight, cell.bias_ih + cell.bias_hh)
+            self._gate_table_key = key
+        return self._gate_table[token]
 
     def logits(self, query: Tensor, context: Tensor) -> Tensor:
         hidden = torch.tanh(self.hidden(self.dropout(torch.cat([query, context], dim=-1))))
