@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from asr.config import Config  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
 from training.dataset import make_batches  # noqa: E402
+from asr.frontend import frame_seconds, frontend_dim  # noqa: E402
 from training.manifest import read_manifest  # noqa: E402
 from training.train import configure_cpu, step_precision  # noqa: E402
 
@@ -57,15 +58,16 @@ def synthetic_batch(
     uniformly from 1.5-8 s."""
     if durations is None:
         durations = (torch.rand(400, generator=generator) * 6.5 + 1.5).tolist()
-    frames = [int(d * 100) for d in durations]  # frames at 10 ms
-    batch = make_batches(frames, int(seconds * 100), seed=0, epoch=0, shuffle=False)
+    rate = 1 / frame_seconds(config.model)  # the front end's frames per second
+    frames = [int(d * rate) for d in durations]
+    batch = make_batches(frames, int(seconds * rate), seed=0, epoch=0, shuffle=False)
     batch.sort(key=lambda b: max(frames[i] for i in b))
     chosen = batch[len(batch) // 2]
     lens = torch.tensor([frames[i] for i in chosen])
     feats = torch.randn(
-        len(chosen), int(lens.max()), config.model.features.num_mel_bins, generator=generator
+        len(chosen), int(lens.max()), frontend_dim(config.model), generator=generator
     )
-    target_lens = (lens.float() / 100 * tokens_per_second).long().clamp(min=1)
+    target_lens = (lens.float() / rate * tokens_per_second).long().clamp(min=1)
     targets = torch.randint(3, vocab, (len(chosen), int(target_lens.max())), generator=generator)
     targets[torch.arange(targets.shape[1])[None, :] >= target_lens[:, None]] = 0
     return feats, lens, targets, target_lens
@@ -145,7 +147,8 @@ def main() -> int:
         torch.Generator().manual_seed(0),
         [e.duration for e in read_manifest(args.manifest)[0]] if args.manifest else None,
     )
-    audio = float(lens.sum()) / 100
+    seconds_per_frame = frame_seconds(config.model)
+    audio = float(lens.sum()) * seconds_per_frame
 
     def training_step(feedback: bool, precision: str) -> tuple[Seq2Seq, Callable[[], None]]:
         """A model of the config (with this decoder input) and one step of it in ``precision``."""
@@ -183,8 +186,8 @@ def main() -> int:
         f"{args.threads} thread(s), ctc_weight {config.model.ctc_weight}"
     )
     print(
-        f"batch: {len(lens)} utterances, {audio:.1f} s audio (padded {feats.shape[0] * feats.shape[1] / 100:.1f} s), "
-        f"{int(target_lens.sum())} tokens, longest {feats.shape[1] / 100:.1f} s / {targets.shape[1]} tokens"
+        f"batch: {len(lens)} utterances, {audio:.1f} s audio (padded {feats.shape[0] * feats.shape[1] * seconds_per_frame:.1f} s), "
+        f"{int(target_lens.sum())} tokens, longest {feats.shape[1] * seconds_per_frame:.1f} s / {targets.shape[1]} tokens"
     )
     times: dict[str, list[float]] = {label: [] for label in steps}
     for _, step in steps.values():
