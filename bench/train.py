@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.config import Config  # noqa: E402
+from asr.frontend import frame_seconds, frontend_dim  # noqa: E402
 from asr.model import Seq2Seq  # noqa: E402
 from training.dataset import make_batches  # noqa: E402
-from asr.frontend import frame_seconds, frontend_dim  # noqa: E402
 from training.manifest import read_manifest  # noqa: E402
 from training.train import configure_cpu, step_precision  # noqa: E402
 

@@ -4,10 +4,11 @@ Sessions submit steps (new audio for ``accept``, or ``finish``). A worker takes
 up to ``max_size`` pending steps, waiting at most ``max_wait`` for a batch to
 fill, and runs them all in a single executor hop on one model thread. Each
 step's outcome (events or exception) goes back to its own session only, so a
-failing or slow client never blocks or breaks another. ``finish`` steps go
-first and in batches of their own: they are what a client waits on after
-``stop``, and a batch of every other session's audio would make it wait for
-all of their encoder work (the audio waits a finish step's few milliseconds).
+failing or slow client never blocks or breaks another. ``finish`` steps (with
+the audio that came with ``stop``) go first and in batches of their own: they
+are what a client waits on after ``stop``, and a batch of every other session's
+audio would make it wait for all of their encoder work (the audio waits a
+finish step's few milliseconds).
 
 ``step_sessions`` (the server's) runs the encoder once for all streaming
 sessions of a batch (``asr.streaming.step_sessions``); ``step_each``, the
@@ -117,18 +118,34 @@ class BatchWorker:
     async def accept(self, stream: Stream, samples: np.ndarray) -> list[Event]:
         return await self._submit(stream, samples)
 
-    async def finish(self, stream: Stream) -> list[Event]:
-        return await self._submit(stream, None)
+    async def finish(self, stream: Stream, samples: np.ndarray | None = None) -> list[Event]:
+        """Flush the stream, after its last ``samples`` if given: both go in the finishing
+        queue, so the audio that came with ``stop`` does not wait behind every other
+        session's audio and then again for the finish. The events of both; an error of
+        either (the audio's first) is raised, once both have run."""
+        steps = [] if samples is None else [self._submit(stream, samples, finishing=True)]
+        steps.append(self._submit(stream, None))
+        outcomes = await asyncio.gather(*steps, return_exceptions=True)
+        events: list[Event] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            events += outcome
+        return events
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run non-streaming model work (loading, whole-file transcription) on the model thread."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def _submit(self, stream: Stream, samples: np.ndarray | None) -> list[Event]:
+    def _submit(
+        self, stream: Stream, samples: np.ndarray | None, finishing: bool = False
+    ) -> asyncio.Future[list[Event]]:
+        """Queue a step now (in call order); its outcome is the future's."""
         future: asyncio.Future[list[Event]] = asyncio.get_running_loop().create_future()
-        (self._finishes if samples is None else self._audio).append(Step(stream, samples, future))
+        queue = self._finishes if samples is None or finishing else self._audio
+        queue.append(Step(stream, samples, future))
         self._pending.set()
-        return await future
+        return future
 
     async def _next_arrival(self, timeout: float | None = None) -> None:
         """Wait until a step is submitted (or ``timeout`` seconds pass)."""

@@ -285,15 +285,16 @@ class StreamSession:
             self.backlog -= sum(len(c) for c in audio)
             if self.backlog < self.backlog_limit:
                 self.room.set()
+            samples = np.concatenate(audio) if audio else None
             try:
-                if audio:
+                if chunks[-1] is None:  # the last audio goes with the finish, ahead of others'
+                    await self._send_events(await worker.finish(self.stream, samples))
+                    return
+                if samples is not None:
                     queued = time.monotonic()
-                    events = await worker.accept(self.stream, np.concatenate(audio))
+                    events = await worker.accept(self.stream, samples)
                     metrics.step_latency.observe(time.monotonic() - queued)
                     await self._send_events(events)
-                if chunks[-1] is None:
-                    await self._send_events(await worker.finish(self.stream))
-                    return
             except LaneDied:
                 raise _lane_died() from None
             except ValueError as err:

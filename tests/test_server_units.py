@@ -282,3 +282,27 @@ def test_worker_runs_finish_steps_first_and_alone():
     assert order[0] == "finish x"
     assert order[1:] == ["accept 0", "accept 1", "accept 2"]
     assert sizes == [1, 3]
+
+
+def test_the_audio_that_comes_with_stop_runs_with_the_finish():
+    """The last audio and the finish go ahead of other sessions' audio in one batch; the
+    events of both come back, and bad last audio is the error."""
+    sizes: list[int] = []
+
+    async def main():
+        worker = BatchWorker(max_size=8, max_wait_s=0.0, on_batch=lambda n, _: sizes.append(n))
+        worker.start()
+        others = [Recorder() for _ in range(3)]
+        queued = [worker.accept(r, np.zeros(1, np.float32)) for r in others]
+        last = Recorder()
+        results = await asyncio.gather(*queued, worker.finish(last, np.zeros(5, np.float32)))
+        bad = Recorder(fail=True)
+        with pytest.raises(ValueError, match="bad audio"):
+            await worker.finish(bad, np.zeros(5, np.float32))
+        await worker.close()
+        return results[-1], bad
+
+    events, bad = asyncio.run(main())
+    assert [(e.kind, e.text) for e in events] == [("partial", "5"), ("final", "5")]
+    assert sizes[:2] == [2, 3]  # the last audio with its finish first, then the others
+    assert bad.threads  # it ran on the model thread
