@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import pty
 import re
@@ -33,7 +32,7 @@ from asr.audio import resample
 from asr.formats import CUE_CHARS
 from asr.recognizer import OFFLINE_CHUNK_S
 from asr.scoring import wer
-from tests.test_bundled_model import HELDOUT, sample
+from tests.test_bundled_model import HELDOUT, sample, with_three_deviations
 
 SPLIT = "test_seen_voices"
 RATE = 16000
@@ -101,8 +100,7 @@ def test_every_format_carries_the_transcript(long_file, outputs, record):
     assert done.returncode == 0, done.stderr
     alone = wer(texts, [line.split("\t", 1)[1] for line in done.stdout.splitlines()]).rate
     errors = wer([" ".join(texts)], [text])
-    bound = alone + 3 * math.sqrt(max(alone * (1 - alone), 0.01) / errors.reference_length)
-    assert errors.rate <= bound, (text, alone)
+    assert errors.rate <= with_three_deviations(alone, errors.reference_length), (text, alone)
 
 
 def test_json_times_are_monotone_within_the_audio_and_where_the_speech_is(long_file, record):
