@@ -110,6 +110,23 @@ class StreamResampler:
         return self._soxr.resample_chunk(x, last=last)
 
 
+class HopLoudness:
+    """Loudness (dBFS) of each complete ``hop`` samples of a stream, in order: what the
+    trailing-silence endpoint and the encoder's restart after a pause read."""
+
+    def __init__(self, hop: int) -> None:
+        self.hop = hop
+        self._tail = np.zeros(0, dtype=np.float32)
+
+    def add(self, samples: np.ndarray) -> np.ndarray:
+        """The loudness of the hops these samples complete (the rest waits for more)."""
+        x = np.concatenate([self._tail, samples])
+        hops = len(x) // self.hop
+        power = np.mean(x[: hops * self.hop].reshape(hops, self.hop) ** 2, axis=1)
+        self._tail = x[hops * self.hop :]
+        return 10 * np.log10(power + 1e-12)
+
+
 def resample(x: np.ndarray, src: int, dst: int) -> np.ndarray:
     """Resample a whole signal through the streaming path, so offline equals streaming exactly."""
     resampler = StreamResampler(src, dst)

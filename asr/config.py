@@ -142,6 +142,10 @@ class DecodeConfig:
     endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence
+    # Whisper front end: after this much silence the streaming encoder starts afresh at its
+    # next chunk, forgetting what came before, as every utterance it learnt from began
+    # with nothing before it (0: one context for the whole stream)
+    restart_pause_s: float = 0.0
     # Whisper front end: recompute each segment's final, at its endpoint, from the
     # full-attention teacher over that segment, with the same LAS layers and decoder (the
     # streaming pass still gives the partials); a bundle saved with it carries the teacher

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from asr.audio import HopLoudness
 from asr.config import ModelConfig
 from asr.features import StreamingFbank
 from asr.whisper_encoder import (
@@ -39,10 +42,13 @@ from asr.whisper_features import N_MELS, SAMPLE_RATE, StreamingWhisperMel, log_m
 
 BUNDLE_ENCODER_FILE = "whisper_encoder.safetensors"
 BUNDLE_TEACHER_FILE = "whisper_teacher.safetensors"  # two-pass bundles only
+STATE_SECONDS = 0.02  # one Whisper encoder state
 
 
 class FrontendStream(Protocol):
     def accept(self, samples: np.ndarray) -> np.ndarray: ...
+
+    def take_restarts(self) -> list[int]: ...
 
     def finish(self) -> np.ndarray: ...
 
@@ -53,7 +59,7 @@ def frontend_dim(cfg: ModelConfig) -> int:
 
 
 def frame_seconds(cfg: ModelConfig) -> float:
-    return cfg.features.frame_shift_ms / 1000 if cfg.frontend == "fbank" else 0.02
+    return cfg.features.frame_shift_ms / 1000 if cfg.frontend == "fbank" else STATE_SECONDS
 
 
 @dataclass
@@ -79,12 +85,14 @@ class Frontend:
     def sample_rate(self) -> int:
         return self.cfg.features.sample_rate if self.cfg.frontend == "fbank" else SAMPLE_RATE
 
-    def stream(self) -> FrontendStream:
+    def stream(self, restart: PauseRestart | None = None) -> FrontendStream:
+        """A new stream; ``restart``: the Whisper encoder's context starts afresh after each
+        pause it finds (the fbank kind has no such context and ignores it)."""
         if not self.causal:
             raise ValueError("the full-attention teacher reads whole segments; it cannot stream")
         if self.encoder is None:
             return _FbankStream(self.cfg)
-        return _WhisperStream(self.cfg, self.encoder)
+        return _WhisperStream(self.cfg, self.encoder, restart)
 
     def compute(self, samples: np.ndarray) -> np.ndarray:
         """[T, dim] frames of a whole utterance: what a fresh stream fed once gives. An int8
@@ -143,11 +151,51 @@ class _FbankStream:
     def finish(self) -> np.ndarray:
         return np.zeros((0, self._fbank.dim), dtype=np.float32)  # snip_edges: nothing owed
 
+    def take_restarts(self) -> list[int]:
+        return []  # filterbank frames carry no context to restart
+
+
+class PauseRestart:
+    """Finds pauses for the Whisper encoder's restarts: a chunk starting at state s begins
+    afresh when the ``seconds`` of audio before it are all quieter than ``threshold_db``
+    (dBFS per 20 ms state). Fed the stream's 16 kHz audio as it comes, it decides from the
+    audio alone, so the restarts fall on the same states whatever the chunking.
+
+    Why: the encoder was trained on single utterances with nothing before them, and a
+    stream of several sentences read through one long context loses words (bench/long_stream.py).
+    """
+
+    def __init__(self, seconds: float, threshold_db: float) -> None:
+        if seconds <= 0:
+            raise ValueError(f"a restart needs a pause longer than 0 s, got {seconds}")
+        self.states = max(1, round(seconds / STATE_SECONDS))
+        self.threshold_db = threshold_db
+        self._loudness = HopLoudness(round(SAMPLE_RATE * STATE_SECONDS))
+        self._quiet: deque[bool] = deque()  # of states self._first on
+        self._first = 0
+
+    def add(self, audio16k: np.ndarray) -> None:
+        self._quiet.extend((self._loudness.add(audio16k) < self.threshold_db).tolist())
+
+    def __call__(self, state: int) -> bool:
+        """Whether the states just before ``state`` are a pause (asked in increasing order)."""
+        begin = state - self.states
+        if begin < self._first:
+            return False
+        while self._first < begin:  # later questions start later still
+            self._quiet.popleft()
+            self._first += 1
+        return len(self._quiet) >= self.states and all(itertools.islice(self._quiet, self.states))
+
 
 class _WhisperStream:
-    def __init__(self, cfg: ModelConfig, encoder: WhisperEncoder) -> None:
+    def __init__(
+        self, cfg: ModelConfig, encoder: WhisperEncoder, restart: PauseRestart | None = None
+    ) -> None:
         self.mel = StreamingWhisperMel(cfg.whisper.floor)
         self.encoder = encoder.stream(cfg.whisper.streaming())
+        self.restart = restart
+        self.encoder.restart = restart
         # log-mel frames kept for a second pass: from frame self._kept_from on
         self.keep = False
         self._kept: list[torch.Tensor] = []
@@ -158,6 +206,11 @@ class _WhisperStream:
         if self.keep and len(mel):
             self._kept.append(mel)
             self._kept_count += len(mel)
+
+    def take_restarts(self) -> list[int]:
+        """The frames (states) at which the encoder started afresh since the last call."""
+        restarts, self.encoder.restarts = self.encoder.restarts, []
+        return restarts
 
     def mel_between(self, first: int, end: int) -> torch.Tensor:
         """Kept log-mel frames [first, end) (a second pass's input), and forget those before end."""
@@ -192,6 +245,8 @@ def frames_of_many(
         return out
     mels = []
     for stream, x, last in zip(whisper, audio, finish):
+        if stream.restart is not None:
+            stream.restart.add(x)
         parts = [stream.mel.accept(x)] if len(x) else []
         mels.append(torch.from_numpy(_join([*parts, stream.mel.finish()] if last else parts)))
     for stream, mel in zip(whisper, mels):

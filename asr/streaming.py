@@ -17,11 +17,11 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from asr.audio import StreamResampler, check_sample_rate, check_samples
+from asr.audio import HopLoudness, StreamResampler, check_sample_rate, check_samples
 from asr.config import Config, DecodeConfig
 from asr.decoding import Segment, SegmentSearch, search_states
 from asr.events import Event
-from asr.frontend import Frontend, frames_of_many
+from asr.frontend import Frontend, PauseRestart, frames_of_many
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
@@ -106,13 +106,18 @@ def _step_round(
         model = sessions[ready[0]].model
         if any(sessions[k].model is not model for k in ready):
             raise ValueError("step_sessions needs sessions of one model")
-        feats = [model.encoder.normalize(torch.from_numpy(frames[k]).unsqueeze(0)) for k in ready]
         with _native_lstm():
+            split = [
+                sessions[k]._encode_restarts(
+                    model.encoder.normalize(torch.from_numpy(frames[k]).unsqueeze(0))
+                )
+                for k in ready
+            ]
             states, carried = model.encoder.forward_streams(
-                feats, [sessions[k]._encoder_state for k in ready]
+                [rest for _, rest in split], [sessions[k]._encoder_state for k in ready]
             )
-        for k, out, state in zip(ready, states, carried):
-            encoded[k] = out
+        for k, (done, _), out, state in zip(ready, split, states, carried):
+            encoded[k] = torch.cat([*done, out], dim=1) if done else out
             sessions[k]._encoder_state = state
     for k in frames:
         try:
@@ -153,12 +158,24 @@ class StreamingSession:
         self.config = config
         self.sample_rate = check_sample_rate(sample_rate)
         self._resampler = StreamResampler(self.sample_rate, frontend.sample_rate)
-        self._frames = frontend.stream()
         decode = config.decode
+        restart = decode.restart_pause_s
+        self._frames = frontend.stream(
+            PauseRestart(restart, decode.silence_threshold_db) if restart > 0 else None
+        )
         self._teacher = two_pass_teacher(frontend, decode) if decode.two_pass else None
         if self._teacher is not None:
             self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)
+        self._frames_encoded = 0  # front-end frames through the LAS encoder so far
+        if restart > 0 and frontend.encoder is not None:
+            chunk = config.model.whisper.chunk
+            if chunk % model.encoder.reduction:
+                raise ValueError(
+                    f"decode.restart_pause_s needs model.whisper.chunk ({chunk}) to be a "
+                    f"multiple of the encoder's reduction ({model.encoder.reduction})"
+                )
+        self._restarts: deque[int] = deque()  # encoder states at which a segment must begin
         self._lm = lm
         # greedy partials: the search that runs as audio comes is greedy without the LM, and
         # each final comes from a search with the beam and the LM over its segment's states
@@ -175,8 +192,7 @@ class StreamingSession:
         # states (and their keys) the finals' search awaits
         self._finals_unfed: deque[tuple[torch.Tensor, torch.Tensor]] = deque()
         self._finals_parts: list[Segment] = []  # what it ended inside the greedy segment
-        self._hop = int(round(frontend.sample_rate * frontend.frame_seconds))
-        self._hop_tail = np.zeros(0, dtype=np.float32)
+        self._loudness = HopLoudness(int(round(frontend.sample_rate * frontend.frame_seconds)))
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
         self._frames_per_state = model.encoder.reduction
         self.state_seconds = self._frames_per_state * frontend.frame_seconds
@@ -225,8 +241,28 @@ class StreamingSession:
             x = check_samples(samples)  # validates before any state changes
             self.audio_seconds += len(x) / self.sample_rate
             audio16k = self._resampler.process(x)
-        self._track_loudness(audio16k)
+        self._hop_db.extend(self._loudness.add(audio16k).tolist())
         return audio16k
+
+    def _encode_restarts(self, feats: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The LAS encoder over new normalised frames [1, T, F] up to the front end's last
+        restart among them, its state starting afresh at each (as the Whisper encoder's
+        context did, and as every training utterance begins): (the encoder states made so
+        far, the frames after the last restart, for the caller to encode with other streams').
+        Each restart is also where the search must begin a segment."""
+        encoder = self.model.encoder
+        done = []
+        for frame in self._frames.take_restarts():
+            cut = frame - self._frames_encoded
+            if cut > 0:
+                out, self._encoder_state = encoder(feats[:, :cut], self._encoder_state)
+                done.append(out)
+                feats = feats[:, cut:]
+                self._frames_encoded = frame
+            self._encoder_state = encoder.initial_state(1)
+            self._restarts.append(frame // encoder.reduction)
+        self._frames_encoded += feats.shape[1]
+        return done, feats
 
     def _decode(self, states: torch.Tensor | None) -> list[Event]:
         """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""
@@ -244,13 +280,17 @@ class StreamingSession:
     def _on_state(self, state: torch.Tensor) -> list[Event]:
         search = self._search
         decode = self.config.decode
+        events: list[Event] = []
+        if self._restarts and self._restarts[0] == search.states_seen:
+            # the encoders started afresh here after a pause: so does the segment
+            self._restarts.popleft()
+            events += self._endpoint()
         keys = self.model.decoder.attention.keys(state)
         search.append(state, keys)
         if self._finals is not None:
             self._finals_unfed.append((state, keys))
         silent = self._state_is_silent()
         self._silent_states = self._silent_states + 1 if silent else 0
-        events: list[Event] = []
         while True:
             segment = search.advance(complete=False)
             if segment is None:
@@ -272,16 +312,21 @@ class StreamingSession:
             and trailing_silence >= decode.endpoint_silence_s
             and search.best_tokens
         ) or seconds_in_segment >= decode.max_segment_s:
-            segment = search.end_segment()
-            events += self._final(segment)
-            search.restart_at(search.states_seen)
-            if self._finals is not None:  # the next segment starts there for both searches
-                self._feed_finals(search.states_seen, decode=False)
-                self._finals.restart_at(search.states_seen)
-                self._finals_parts = []
-            # The next segment needs trailing silence of its own: without this, one
-            # token decoded in the same pause would close it again at once.
-            self._silent_states = 0
+            events += self._endpoint()
+        return events
+
+    def _endpoint(self) -> list[Event]:
+        """End the segment after the states seen so far; the next one begins there."""
+        search = self._search
+        events = self._final(search.end_segment())
+        search.restart_at(search.states_seen)
+        if self._finals is not None:  # the next segment starts there for both searches
+            self._feed_finals(search.states_seen, decode=False)
+            self._finals.restart_at(search.states_seen)
+            self._finals_parts = []
+        # The next segment needs trailing silence of its own: without this, one
+        # token decoded in the same pause would close it again at once.
+        self._silent_states = 0
         return events
 
     def _final(self, segment: Segment | None) -> list[Event]:
@@ -370,15 +415,6 @@ class StreamingSession:
         return round(states * self.state_seconds, 3)
 
     # -- trailing-silence detection ----------------------------------------------
-    def _track_loudness(self, audio16k: np.ndarray) -> None:
-        """Loudness (dBFS) of every complete frame-shift hop; hop k starts frame k."""
-        x = np.concatenate([self._hop_tail, audio16k])
-        hops = len(x) // self._hop
-        if hops:
-            power = np.mean(x[: hops * self._hop].reshape(hops, self._hop) ** 2, axis=1)
-            self._hop_db.extend((10 * np.log10(power + 1e-12)).tolist())
-        self._hop_tail = x[hops * self._hop :]
-
     def _state_is_silent(self) -> bool:
         n = min(self._frames_per_state, len(self._hop_db))
         loudest = max((self._hop_db.popleft() for _ in range(n)), default=-120.0)

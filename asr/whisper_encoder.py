@@ -197,6 +197,11 @@ class EncoderStream:
     layer, a preallocated ring of ``left_context + chunk`` keys and values: a chunk
     writes over the oldest slots and attends to every slot its mask allows (the
     order of keys does not matter to attention, their positions are in them).
+
+    ``restart``, when set, is asked before each chunk whether the stream starts
+    afresh at that chunk's first state: it then forgets every earlier state and
+    counts positions from there, as an utterance of its own would (the caller
+    decides from the audio, e.g. after a pause, so any chunking gives the same).
     """
 
     def __init__(self, encoder: WhisperEncoder, streaming: Streaming) -> None:
@@ -215,6 +220,9 @@ class EncoderStream:
         self._slot_state = torch.full((slots,), -1, dtype=torch.long)  # -1: empty
         self._write = 0  # the oldest slot
         self._finished = False
+        self.restart: Callable[[int], bool] | None = None
+        self.origin = 0  # the state positions and context count from (the last restart)
+        self.restarts: list[int] = []  # where it restarted, until the caller takes them
 
     def accept(self, mel: Tensor) -> Tensor:
         """Add frames [n, n_mels]; return the states [m, d_model] of every chunk now complete."""
@@ -263,7 +271,7 @@ class EncoderStream:
         slots = (self._write + torch.arange(n)) % capacity
         self._slot_state[slots] = torch.arange(self.states, self.states + n)
         filled = min(self.states + n, capacity)
-        oldest = max(0, self.states - self.streaming.left_context)
+        oldest = max(self.origin, self.states - self.streaming.left_context)
         hidden = self._slot_state[:filled] < oldest
         mask = torch.zeros(filled, dtype=self._keys.dtype).masked_fill_(hidden, float("-inf"))
         return slots, mask.view(1, 1, 1, -1)
@@ -329,7 +337,11 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     x = F.gelu(_conv_as_linear(torch.stack(windows), enc.conv1, 1))
     x = x * torch.stack(inside).unsqueeze(2)  # conv2's zero padding
     x = F.gelu(_conv_as_linear(x, enc.conv2, 2))
-    index = torch.stack([torch.arange(s.states, s.states + n) for s in streams])
+    for s in streams:
+        if s.restart is not None and s.states > s.origin and s.restart(s.states):
+            s.origin = s.states
+            s.restarts.append(s.states)
+    index = torch.stack([torch.arange(n) + (s.states - s.origin) for s in streams])
     x = x + enc.positions[index % enc.dims.n_ctx]
     slots, masks = zip(*(s._store(n) for s in streams))
     for i, layer in enumerate(enc.layers):

@@ -375,6 +375,7 @@ def test_a_whisper_run_pair_is_published_and_cached(
     argv = ["--run", str(run), "--baseline", str(baseline), "--data", str(data)]
     argv += ["--out", str(out), "--first-gen", str(first_gen), "--real", str(real)]
     argv += ["--steps", str(steps), "--sample", "1", "--no-rtf", "--no-load", "--no-word-latency"]
+    argv += ["--no-long-stream"]
 
     # missing inputs are refused before anything is evaluated
     with pytest.raises(SystemExit):

@@ -460,6 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     whisper.add_argument(
         "--no-word-latency", action="store_true", help="skip bench/word_latency.py"
     )
+    whisper.add_argument("--no-long-stream", action="store_true", help="skip bench/long_stream.py")
     return parser
 
 

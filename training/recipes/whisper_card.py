@@ -65,6 +65,7 @@ LATENCY_GOAL_MS = 400.0  # p95 of final latency under load, and of word latency
 SIZE_GOAL_MB = 120.0
 LOAD_CLIENTS = 50
 LATENCY_UTTERANCES = 200
+LONG_STREAM_SENTENCES = 12  # per stream in the card's bench/long_stream.py run
 GREEDY = ("--beam", "1", "--lm-weight", "0")
 LM_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6)  # shallow-fusion weights tried on the dev split
 
@@ -298,7 +299,12 @@ def run_benchmarks(
     out = shown(args.out)
     bundle = args.run / "best_bundle"
     inputs = [bundle / "model.safetensors", bundle / "config.json"]
-    found: dict[str, dict[str, Any] | None] = {"rtf": None, "load": None, "word_latency": None}
+    found: dict[str, dict[str, Any] | None] = {
+        "rtf": None,
+        "load": None,
+        "word_latency": None,
+        "long_stream": None,
+    }
     if not args.no_rtf:
         found["rtf"] = bench("streaming", ["--model", out], args.run / "bench_rtf.json", inputs)
     if not args.no_load:
@@ -311,6 +317,13 @@ def run_benchmarks(
         argv += ["--limit", str(LATENCY_UTTERANCES)]
         cache = args.run / "bench_word_latency.json"
         found["word_latency"] = bench("word_latency", argv, cache, [*inputs, manifest])
+    if not args.no_long_stream:
+        manifests = list(splits.values())
+        restart = Config.load(bundle / "config.json").decode.restart_pause_s
+        argv = ["--model", out, "--manifest", *map(str, manifests)]
+        argv += ["--sentences", str(LONG_STREAM_SENTENCES), "--restart", "0", f"{restart:g}"]
+        cache = args.run / "bench_long_stream.json"
+        found["long_stream"] = bench("long_stream", argv, cache, [*inputs, *manifests])
     return found
 
 
@@ -584,11 +597,47 @@ def speed_section(metrics: dict[str, Any], out: str) -> str:
             f"pace ({command}): {'; '.join(figures)}."
         )
     lines.append(word_latency_text(metrics["word_latency"], out))
+    lines.append(long_stream_text(metrics.get("long_stream"), out))
     files = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in metrics["files"].items())
     lines.append(
         f"- Size on disk: {metrics['megabytes']:.1f} MB ({files}; the card and metrics.json "
         "add a few kB)."
     )
+    return "\n".join(lines)
+
+
+def long_stream_text(result: dict[str, Any] | None, out: str) -> str:
+    """The long-stream paragraph: each split read as streams of sentences with pauses,
+    against each sentence alone, for each restart setting measured."""
+    if result is None:
+        return "- Long streams (`python bench/long_stream.py`): not measured."
+    settings = [row["restart_pause_s"] for row in result["manifests"][0]["rows"]]
+    pause = (
+        "digital silence" if result["pause_db"] is None else f"noise at {result['pause_db']:g} dBFS"
+    )
+    header = ["held-out manifest", *(f"restart_pause_s {r:g}" for r in settings)]
+    search = (
+        "greedy"
+        if result["beam"] == 1 and result["lm_weight"] == 0
+        else f"beam {result['beam']} with the LM at weight {result['lm_weight']:g}"
+    )
+    lines = [
+        f"- Long streams (`python bench/long_stream.py --model {out} --sentences "
+        f"{result['sentences']} --restart {' '.join(f'{r:g}' for r in settings)} --manifest "
+        "...`): each split's sentences read as streams of up to "
+        f"{result['sentences']} by one voice, each followed by {result['pause_s']:g} s of "
+        f"{pause}, {search}. WER of each sentence alone with its pause / of the streams / "
+        "the difference in points:",
+        "",
+        "  | " + " | ".join(header) + " |",
+        "  |" + "---|" * len(header),
+    ]
+    for split in result["manifests"]:
+        cells = [Path(split["manifest"]).name]
+        for row in split["rows"]:
+            alone, stream = (100 * row[kind]["rate"] for kind in ("alone", "stream"))
+            cells.append(f"{alone:.2f}% / {stream:.2f}% / {stream - alone:+.2f}")
+        lines.append("  | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

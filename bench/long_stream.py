@@ -1,0 +1,184 @@
+"""Long streams: several sentences read in one session, with pauses, against each alone.
+
+A user reads sentence after sentence into one session, while every utterance the model
+learnt from began with nothing before it. This benchmark measures what the long context
+costs: the held-out sentences of each --manifest, ordered by voice (a session is one speaker,
+but for where a voice runs out), are joined --sentences at a time into one stream, each
+sentence followed by --pause seconds of white noise at --pause-db dBFS (a quiet room; or
+digital silence with --pause-db off). Each stream is transcribed by a session fed the
+whole file (streaming equals offline), and so is every sentence alone with its pause; the
+WERs over the same words, and their difference, are printed for each --restart setting
+(decode.restart_pause_s: after that much silence the encoders and the segment start
+afresh; 0: one context for the whole stream).
+
+Greedy by default, as the card's streaming figures; --beam, --lm-weight and --two-pass
+set the search as in ``asr eval``.
+
+    python bench/long_stream.py --manifest data/live/test_unseen_voices.jsonl
+    python bench/long_stream.py --manifest data/live/test_*.jsonl --restart 0 0.3 0.6 --json F
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr.bundle import load_model  # noqa: E402
+from asr.recognizer import Recognizer, add_search_arguments  # noqa: E402
+from asr.scoring import ErrorCounts, wer  # noqa: E402
+from training.dataset import entry_audio  # noqa: E402
+from training.manifest import Entry, read_manifest  # noqa: E402
+
+SAMPLE_RATE = 16000
+
+
+def sessions(entries: Sequence[Entry], per_session: int) -> list[list[Entry]]:
+    """The entries ordered by voice (a manifest's "voice" field; stable), then cut into sessions of ``per_session``."""
+    ordered = sorted(entries, key=lambda e: str(e.extra.get("voice", "")))
+    return [list(ordered[i : i + per_session]) for i in range(0, len(ordered), per_session)]
+
+
+def pieces(
+    sentences: Sequence[np.ndarray], pause_s: float, pause_db: float | None, seed: int
+) -> list[np.ndarray]:
+    """Each sentence followed by ``pause_s`` of white noise at ``pause_db`` dBFS RMS (None:
+    zeros): one stream's pieces, in order."""
+    rng = np.random.default_rng(seed)
+    length = int(round(pause_s * SAMPLE_RATE))
+    out = []
+    for sentence in sentences:
+        pause = np.zeros(length, np.float32)
+        if pause_db is not None:
+            pause = (rng.standard_normal(length) * 10 ** (pause_db / 20)).astype(np.float32)
+        out.append(np.concatenate([sentence, pause]))
+    return out
+
+
+def measure(
+    recognizer: Recognizer, groups: Sequence[Sequence[Entry]], streams: Sequence[list[np.ndarray]]
+) -> tuple[ErrorCounts, ErrorCounts]:
+    """(WER of each piece alone, WER of each stream of pieces) over the same references."""
+    refs = [" ".join(e.text for e in group) for group in groups]
+    alone = [" ".join(recognizer.transcribe(x, SAMPLE_RATE) for x in parts) for parts in streams]
+    long = [recognizer.transcribe(np.concatenate(parts), SAMPLE_RATE) for parts in streams]
+    return wer(refs, alone), wer(refs, long)
+
+
+def row(label: str, counts: ErrorCounts) -> str:
+    return (
+        f"{label:<8} {100 * counts.rate:6.2f}%  (S {counts.substitutions}, "
+        f"D {counts.deletions}, I {counts.insertions} of {counts.reference_length} words)"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=str(ROOT / "models" / "default"))
+    parser.add_argument(
+        "--manifest", nargs="+", required=True, help="held-out sentences (JSONL), one or more"
+    )
+    parser.add_argument("--sentences", type=int, default=6, help="sentences per stream")
+    parser.add_argument("--pause", type=float, default=1.5, help="seconds after each sentence")
+    parser.add_argument(
+        "--pause-db",
+        default="-60",
+        help="the pauses' noise level in dBFS, or 'off' for digital silence (default -60)",
+    )
+    parser.add_argument(
+        "--restart",
+        type=float,
+        nargs="+",
+        help="decode.restart_pause_s values to compare (default: 0 and the bundle's)",
+    )
+    parser.add_argument("--limit", type=int, default=0, help="first N sentences (0: all)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    add_search_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.sentences < 2:
+        parser.error(f"--sentences must be at least 2, got {args.sentences}")
+    if args.pause < 0:
+        parser.error(f"--pause must be >= 0, got {args.pause}")
+    if args.restart is not None and any(r < 0 for r in args.restart):
+        parser.error(f"--restart values must be >= 0, got {args.restart}")
+    try:
+        args.pause_db = None if args.pause_db == "off" else float(args.pause_db)
+    except ValueError:
+        parser.error(f"--pause-db takes a level in dBFS or 'off', got {args.pause_db!r}")
+    if not Path(args.model).is_dir():
+        parser.error(f"no such bundle directory: {args.model}")
+    for manifest in args.manifest:
+        if not Path(manifest).is_file():
+            parser.error(f"no such manifest: {manifest}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    recognizer = load_model(args.model)
+    recognizer.set_search(
+        1 if args.beam is None else args.beam,
+        0.0 if args.lm_weight is None else args.lm_weight,
+        args.two_pass,
+    )
+    decode = recognizer.config.decode
+    settings = args.restart or sorted({0.0, decode.restart_pause_s})
+    pause = "digital silence" if args.pause_db is None else f"noise at {args.pause_db:g} dBFS"
+    print(
+        f"{args.model}: streams of up to {args.sentences} sentences by one voice, each "
+        f"followed by {args.pause:g} s of {pause}; beam {decode.beam_size}, LM weight "
+        f"{decode.lm_weight:g}, two-pass {decode.two_pass}"
+    )
+    result: dict[str, Any] = {
+        "model": args.model,
+        "sentences": args.sentences,
+        "pause_s": args.pause,
+        "pause_db": args.pause_db,
+        "beam": decode.beam_size,
+        "lm_weight": decode.lm_weight,
+        "two_pass": decode.two_pass,
+        "manifests": [],
+    }
+    for manifest in args.manifest:
+        entries, _ = read_manifest(manifest)
+        if args.limit:
+            entries = entries[: args.limit]
+        groups = sessions(entries, args.sentences)
+        streams = [
+            pieces([entry_audio(e, SAMPLE_RATE) for e in group], args.pause, args.pause_db, seed)
+            for seed, group in enumerate(groups)
+        ]
+        print(f"{manifest}: {len(entries)} sentences in {len(groups)} streams")
+        rows = []
+        for restart in settings:
+            decode.restart_pause_s = restart
+            alone, long = measure(recognizer, groups, streams)
+            print(f"  restart_pause_s {restart:g}:")
+            print("    " + row("alone", alone))
+            print("    " + row("stream", long))
+            gap = 100 * (long.rate - alone.rate)
+            print(f"    gap      {gap:+6.2f} points", flush=True)
+            rows.append(
+                {"restart_pause_s": restart, "alone": alone.as_dict(), "stream": long.as_dict()}
+            )
+        result["manifests"].append(
+            {"manifest": manifest, "sentences": len(entries), "streams": len(groups), "rows": rows}
+        )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
