@@ -156,14 +156,24 @@ class _FbankStream:
 
 
 class PauseRestart:
-    """Finds pauses for the Whisper encoder's restarts: a chunk starting at state s begins
-    afresh when the ``seconds`` of audio before it are all quieter than ``threshold_db``
-    (dBFS per 20 ms state). Fed the stream's 16 kHz audio as it comes, it decides from the
-    audio alone, so the restarts fall on the same states whatever the chunking.
+    """Finds pauses for the Whisper encoder's restarts: a chunk begins afresh when it is quiet
+    and so are the ``seconds`` of audio before it. Fed the stream's 16 kHz
+    audio as it comes, it decides from the audio alone, so the restarts fall on the same
+    states whatever the chunking.
+
+    A 20 ms piece is quiet when the loudest piece of the last ``FLOOR_WINDOW_S`` stands at
+    least ``FLOOR_RANGE_DB`` above it (someone spoke, louder: a quietly recorded voice is
+    no pause however few dBFS it has, and a stream without speech has none to end), and
+    it is below ``threshold_db`` dBFS or, in a noisy room, within ``FLOOR_MARGIN_DB`` of
+    the window's quietest piece.
 
     Why: the encoder was trained on single utterances with nothing before them, and a
     stream of several sentences read through one long context loses words (bench/long_stream.py).
     """
+
+    FLOOR_WINDOW_S = 10.0
+    FLOOR_MARGIN_DB = 6.0
+    FLOOR_RANGE_DB = 20.0
 
     def __init__(self, seconds: float, threshold_db: float) -> None:
         if seconds <= 0:
@@ -173,19 +183,42 @@ class PauseRestart:
         self._loudness = HopLoudness(round(SAMPLE_RATE * STATE_SECONDS))
         self._quiet: deque[bool] = deque()  # of states self._first on
         self._first = 0
+        self._window = round(self.FLOOR_WINDOW_S / STATE_SECONDS)
+        self._heard = 0  # pieces whose loudness is known
+        # the window's quietest and loudest candidates, (piece, dB), as monotone queues
+        self._low: deque[tuple[int, float]] = deque()
+        self._high: deque[tuple[int, float]] = deque()
 
     def add(self, audio16k: np.ndarray) -> None:
-        self._quiet.extend((self._loudness.add(audio16k) < self.threshold_db).tolist())
+        for db in self._loudness.add(audio16k).tolist():
+            self._quiet.append(self._is_quiet(db))
 
-    def __call__(self, state: int) -> bool:
-        """Whether the states just before ``state`` are a pause (asked in increasing order)."""
-        begin = state - self.states
+    def _is_quiet(self, db: float) -> bool:
+        """Whether the next piece, ``db`` loud, is quiet; the window moves on by it."""
+        piece, self._heard = self._heard, self._heard + 1
+        for queue, keeps in ((self._low, lambda old: old < db), (self._high, lambda old: old > db)):
+            while queue and not keeps(queue[-1][1]):
+                queue.pop()
+            queue.append((piece, db))
+            if queue[0][0] <= piece - self._window:
+                queue.popleft()
+        floor, peak = self._low[0][1], self._high[0][1]
+        under = db < self.threshold_db or db < floor + self.FLOOR_MARGIN_DB
+        return under and db <= peak - self.FLOOR_RANGE_DB
+
+    def __call__(self, start: int, end: int) -> bool:
+        """Whether a chunk of states [start, end) may begin afresh: it is quiet, and so are the
+        states before it for the pause's length (asked in increasing order). The chunk's own
+        quiet keeps a soft first sound (within the margin of a noisy room's floor) inside
+        the new context, not cut off before it."""
+        begin = start - self.states
         if begin < self._first:
             return False
         while self._first < begin:  # later questions start later still
             self._quiet.popleft()
             self._first += 1
-        return len(self._quiet) >= self.states and all(itertools.islice(self._quiet, self.states))
+        span = end - begin
+        return len(self._quiet) >= span and all(itertools.islice(self._quiet, span))
 
 
 class _WhisperStream:

@@ -198,10 +198,11 @@ class EncoderStream:
     writes over the oldest slots and attends to every slot its mask allows (the
     order of keys does not matter to attention, their positions are in them).
 
-    ``restart``, when set, is asked before each chunk whether the stream starts
-    afresh at that chunk's first state: it then forgets every earlier state and
-    counts positions from there, as an utterance of its own would (the caller
-    decides from the audio, e.g. after a pause, so any chunking gives the same).
+    ``restart``, when set, is asked before each chunk of states [start, end) whether
+    the stream starts afresh at the chunk's first state: it then forgets every
+    earlier state and counts positions from there, as an utterance of its own would
+    (the caller decides from the audio, e.g. after a pause, so any chunking gives
+    the same).
     """
 
     def __init__(self, encoder: WhisperEncoder, streaming: Streaming) -> None:
@@ -220,7 +221,7 @@ class EncoderStream:
         self._slot_state = torch.full((slots,), -1, dtype=torch.long)  # -1: empty
         self._write = 0  # the oldest slot
         self._finished = False
-        self.restart: Callable[[int], bool] | None = None
+        self.restart: Callable[[int, int], bool] | None = None
         self.origin = 0  # the state positions and context count from (the last restart)
         self.restarts: list[int] = []  # where it restarted, until the caller takes them
 
@@ -338,7 +339,7 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     x = x * torch.stack(inside).unsqueeze(2)  # conv2's zero padding
     x = F.gelu(_conv_as_linear(x, enc.conv2, 2))
     for s in streams:
-        if s.restart is not None and s.states > s.origin and s.restart(s.states):
+        if s.restart is not None and s.states > s.origin and s.restart(s.states, s.states + n):
             s.origin = s.states
             s.restarts.append(s.states)
     index = torch.stack([torch.arange(n) + (s.states - s.origin) for s in streams])

@@ -4,8 +4,9 @@ A user reads sentence after sentence into one session, while every utterance the
 learnt from began with nothing before it. This benchmark measures what the long context
 costs: the held-out sentences of each --manifest, ordered by voice (a session is one speaker,
 but for where a voice runs out), are joined --sentences at a time into one stream, each
-sentence followed by --pause seconds of white noise at --pause-db dBFS (a quiet room; or
-digital silence with --pause-db off). Each stream is transcribed by a session fed the
+sentence followed by --pause seconds of quiet, with white noise at --noise-db dBFS under
+the whole stream (a room's noise floor; none with --noise-db off), all scaled by
+--gain-db (a microphone's level). Each stream is transcribed by a session fed the
 whole file (streaming equals offline), and so is every sentence alone with its pause; the
 WERs over the same words, and their difference, are printed for each --restart setting
 (decode.restart_pause_s: after that much silence the encoders and the segment start
@@ -49,18 +50,22 @@ def sessions(entries: Sequence[Entry], per_session: int) -> list[list[Entry]]:
 
 
 def pieces(
-    sentences: Sequence[np.ndarray], pause_s: float, pause_db: float | None, seed: int
+    sentences: Sequence[np.ndarray],
+    pause_s: float,
+    noise_db: float | None,
+    seed: int,
+    gain_db: float = 0.0,
 ) -> list[np.ndarray]:
-    """Each sentence followed by ``pause_s`` of white noise at ``pause_db`` dBFS RMS (None:
-    zeros): one stream's pieces, in order."""
+    """Each sentence followed by ``pause_s`` of quiet, white noise at ``noise_db`` dBFS RMS
+    under all of it (None: no noise), all scaled by ``gain_db``: one stream's pieces."""
     rng = np.random.default_rng(seed)
-    length = int(round(pause_s * SAMPLE_RATE))
+    pause = np.zeros(int(round(pause_s * SAMPLE_RATE)), np.float32)
     out = []
     for sentence in sentences:
-        pause = np.zeros(length, np.float32)
-        if pause_db is not None:
-            pause = (rng.standard_normal(length) * 10 ** (pause_db / 20)).astype(np.float32)
-        out.append(np.concatenate([sentence, pause]))
+        piece = np.concatenate([sentence, pause])
+        if noise_db is not None:
+            piece = piece + (rng.standard_normal(len(piece)) * 10 ** (noise_db / 20))
+        out.append((piece * 10 ** (gain_db / 20)).astype(np.float32))
     return out
 
 
@@ -90,9 +95,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=6, help="sentences per stream")
     parser.add_argument("--pause", type=float, default=1.5, help="seconds after each sentence")
     parser.add_argument(
-        "--pause-db",
+        "--noise-db",
         default="-60",
-        help="the pauses' noise level in dBFS, or 'off' for digital silence (default -60)",
+        help="white noise under the whole stream in dBFS, or 'off' for none (default -60)",
+    )
+    parser.add_argument(
+        "--gain-db",
+        type=float,
+        default=0.0,
+        help="scale every stream, noise too, by this many dB (-30: a quietly set microphone)",
     )
     parser.add_argument(
         "--restart",
@@ -112,9 +123,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.restart is not None and any(r < 0 for r in args.restart):
         parser.error(f"--restart values must be >= 0, got {args.restart}")
     try:
-        args.pause_db = None if args.pause_db == "off" else float(args.pause_db)
+        args.noise_db = None if args.noise_db == "off" else float(args.noise_db)
     except ValueError:
-        parser.error(f"--pause-db takes a level in dBFS or 'off', got {args.pause_db!r}")
+        parser.error(f"--noise-db takes a level in dBFS or 'off', got {args.noise_db!r}")
     if not Path(args.model).is_dir():
         parser.error(f"no such bundle directory: {args.model}")
     for manifest in args.manifest:
@@ -134,17 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     decode = recognizer.config.decode
     settings = args.restart or sorted({0.0, decode.restart_pause_s})
-    pause = "digital silence" if args.pause_db is None else f"noise at {args.pause_db:g} dBFS"
+    noise = "no noise" if args.noise_db is None else f"noise at {args.noise_db:g} dBFS"
+    noise += " under all"
+    if args.gain_db:
+        noise += f", everything scaled by {args.gain_db:+g} dB"
     print(
         f"{args.model}: streams of up to {args.sentences} sentences by one voice, each "
-        f"followed by {args.pause:g} s of {pause}; beam {decode.beam_size}, LM weight "
+        f"followed by {args.pause:g} s of quiet, {noise}; beam {decode.beam_size}, LM weight "
         f"{decode.lm_weight:g}, two-pass {decode.two_pass}"
     )
     result: dict[str, Any] = {
         "model": args.model,
         "sentences": args.sentences,
         "pause_s": args.pause,
-        "pause_db": args.pause_db,
+        "noise_db": args.noise_db,
+        "gain_db": args.gain_db,
         "beam": decode.beam_size,
         "lm_weight": decode.lm_weight,
         "two_pass": decode.two_pass,
@@ -156,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             entries = entries[: args.limit]
         groups = sessions(entries, args.sentences)
         streams = [
-            pieces([entry_audio(e, SAMPLE_RATE) for e in group], args.pause, args.pause_db, seed)
+            pieces(
+                [entry_audio(e, SAMPLE_RATE) for e in group],
+                args.pause,
+                args.noise_db,
+                seed,
+                args.gain_db,
+            )
             for seed, group in enumerate(groups)
         ]
         print(f"{manifest}: {len(entries)} sentences in {len(groups)} streams")

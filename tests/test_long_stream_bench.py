@@ -23,14 +23,14 @@ def test_prints_alone_stream_and_gap_for_each_restart_setting(
 ) -> None:
     out = tmp_path / "long.json"
     argv = ["--manifest", str(MANIFEST), "--limit", "4", "--sentences", "2", "--json", str(out)]
-    assert long_stream.main([*argv, "--restart", "0", "0.6", "--pause-db", "off"]) == 0
+    assert long_stream.main([*argv, "--restart", "0", "0.6", "--noise-db", "off"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "digital silence" in lines[0] and "beam 1, LM weight 0" in lines[0]
+    assert "quiet, no noise under all" in lines[0] and "beam 1, LM weight 0" in lines[0]
     assert lines[1] == f"{MANIFEST}: 4 sentences in 2 streams"
     blocks = [lines[2:6], lines[6:10]]
     assert [b[0] for b in blocks] == ["  restart_pause_s 0:", "  restart_pause_s 0.6:"]
     figures = json.loads(out.read_text())
-    assert (figures["sentences"], figures["beam"], figures["pause_db"]) == (2, 1, None)
+    assert (figures["sentences"], figures["beam"], figures["noise_db"]) == (2, 1, None)
     [split] = figures["manifests"]
     assert (split["sentences"], split["streams"]) == (4, 2)
     for block, saved in zip(blocks, split["rows"]):
@@ -68,20 +68,21 @@ def test_streams_follow_the_voices_and_each_sentence_has_its_pause(tmp_path: Pat
     assert sum(map(len, groups)) == len(entries) and max(map(len, groups)) == 5
     voices = [e.extra.get("voice", "") for group in groups for e in group]
     assert voices == sorted(voices)
-    speech = [np.ones(100, np.float32), np.ones(50, np.float32)]
-    quiet = long_stream.pieces(speech, 0.5, -60.0, seed=0)
-    assert [len(p) for p in quiet] == [100 + 8000, 50 + 8000]
-    level = 10 * np.log10(np.mean(quiet[0][100:] ** 2))
-    assert level == pytest.approx(-60.0, abs=0.2)
-    silent = long_stream.pieces(speech, 0.5, None, seed=0)
-    assert not silent[1][50:].any()
+    speech = [np.full(100, 0.5, np.float32), np.full(50, 0.5, np.float32)]
+    noisy = long_stream.pieces(speech, 0.5, -60.0, seed=0)
+    assert [len(p) for p in noisy] == [100 + 8000, 50 + 8000]
+    level = 10 * np.log10(np.mean(noisy[0][100:] ** 2))
+    assert level == pytest.approx(-60.0, abs=0.2)  # the pause: the noise alone
+    assert np.abs(noisy[0][:100] - 0.5).max() < 0.01  # under the speech too
+    quiet = long_stream.pieces(speech, 0.5, None, seed=0)
+    assert not quiet[1][50:].any() and (quiet[1][:50] == 0.5).all()
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--sentences", "1"], "--sentences must be at least 2"),
-        (["--pause-db", "loud"], "--pause-db takes a level in dBFS or 'off'"),
+        (["--noise-db", "loud"], "--noise-db takes a level in dBFS or 'off'"),
         (["--restart", "-1"], "--restart values must be >= 0"),
     ],
 )

@@ -65,25 +65,91 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a - b) ** 2).sum() / (b**2).sum())
 
 
+def check_restarts_in_the_pause(
+    restarts: list[int], chunk: int, quiet_from: float, quiet_to: float
+) -> None:
+    """Every restart begins a quiet chunk after RESTART_S of quiet; while the pause lasts,
+    every such chunk restarts, so the next sentence starts within two chunks of the last."""
+    assert restarts, "a 1.5 s pause restarts the encoder"
+    for state in restarts:
+        assert state % chunk == 0  # a chunk's first state
+        start, end = state * STATE_SECONDS, (state + chunk) * STATE_SECONDS
+        assert quiet_from + RESTART_S - 1e-6 <= start and end <= quiet_to + 1e-6, (
+            restarts,
+            quiet_from,
+            quiet_to,
+        )
+    assert restarts[-1] * STATE_SECONDS > quiet_to - 2 * chunk * STATE_SECONDS
+
+
 def test_restarts_fall_in_the_pause_on_the_same_states_in_any_chunking(
     recognizer: Recognizer, two_sentences: tuple[np.ndarray, tuple[float, float]]
 ) -> None:
     audio, (quiet_from, quiet_to) = two_sentences
     assert recognizer.frontend is not None
     whole, restarts = frames(recognizer.frontend, audio, [len(audio)], restart=True)
-    assert restarts, "a 1.5 s pause restarts the encoder"
-    chunk = recognizer.config.model.whisper.chunk
-    for state in restarts:
-        assert state % chunk == 0  # a chunk's first state
-        seconds = state * STATE_SECONDS
-        assert quiet_from + RESTART_S - 1e-6 <= seconds <= quiet_to, (restarts, quiet_from)
-    # while the pause lasts, every chunk restarts: the next sentence starts within a chunk
-    assert restarts[-1] * STATE_SECONDS > quiet_to - chunk * STATE_SECONDS
+    check_restarts_in_the_pause(
+        restarts, recognizer.config.model.whisper.chunk, quiet_from, quiet_to
+    )
     for chunking in ("10ms", "random", "1s"):
         sizes = chunk_sizes(chunking, RATE, len(audio), seed=3)
         got, found = frames(recognizer.frontend, audio, sizes, restart=True)
         assert found == restarts, chunking
         assert np.array_equal(got, whole), chunking
+
+
+def test_in_a_noisy_room_the_pause_is_found_above_its_noise_floor(
+    recognizer: Recognizer, two_sentences: tuple[np.ndarray, tuple[float, float]]
+) -> None:
+    """White noise at -35 dBFS under everything: no piece is under -45 dBFS, but the pause
+    stays within a few dB of the noise floor while the speech stands far above it."""
+    audio, (quiet_from, quiet_to) = two_sentences
+    assert recognizer.frontend is not None
+    noise = np.random.default_rng(0).standard_normal(len(audio)) * 10 ** (-35 / 20)
+    noisy = (audio + noise).astype(np.float32)
+    assert loud(noisy).all()  # nothing under the absolute threshold
+    _, restarts = frames(recognizer.frontend, noisy, [len(noisy)], restart=True)
+    check_restarts_in_the_pause(
+        restarts, recognizer.config.model.whisper.chunk, quiet_from, quiet_to
+    )
+
+
+def test_a_quietly_recorded_voice_is_no_pause(
+    recognizer: Recognizer, two_sentences: tuple[np.ndarray, tuple[float, float]]
+) -> None:
+    """The same sentences 50 dB softer: every piece is under -45 dBFS, yet only the pause
+    restarts, since the speech stands far above it."""
+    audio, (quiet_from, _) = two_sentences
+    assert recognizer.frontend is not None
+    soft = (audio * 10 ** (-50 / 20)).astype(np.float32)
+    assert not loud(soft).any()
+    _, restarts = frames(recognizer.frontend, soft, [len(soft)], restart=True)
+    # speech here: the pieces within 20 dB of the loudest
+    db = HopLoudness(int(STATE_SECONDS * RATE)).add(soft)
+    speech = np.flatnonzero(db > db.max() - PauseRestart.FLOOR_RANGE_DB) * STATE_SECONDS
+    first_ends = speech[speech < quiet_from + RESTART_S].max() + STATE_SECONDS
+    second_starts = speech[speech > quiet_from + RESTART_S].min()
+    check_restarts_in_the_pause(
+        restarts, recognizer.config.model.whisper.chunk, first_ends, second_starts
+    )
+
+
+def test_a_stream_without_pauses_finds_no_floor_in_its_own_soft_sounds() -> None:
+    """Until someone speaks over it, a noise floor is no floor: steady noise alone, and
+    steady speech-like sound alone, never restart (no piece is far above the quietest)."""
+    rng = np.random.default_rng(1)
+    for level_db in (-35.0, -20.0):
+        sound = rng.standard_normal(RATE * 4) * 10 ** (level_db / 20)
+        detector = PauseRestart(RESTART_S, -45.0)
+        detector.add(sound.astype(np.float32))
+        assert not any(detector(s, s + 8) for s in range(40, 200, 8)), level_db
+    # the same noise with a loud second in it: after it, the noise is a floor and restarts
+    noise = rng.standard_normal(RATE * 4) * 10 ** (-35 / 20)
+    noise[RATE : 2 * RATE] *= 100  # +40 dB
+    detector = PauseRestart(RESTART_S, -45.0)
+    detector.add(noise.astype(np.float32))
+    found = [s for s in range(40, 200, 8) if detector(s, s + 8)]
+    assert found and min(found) * STATE_SECONDS >= 2 + RESTART_S - 1e-6, found
 
 
 def test_after_a_restart_the_encoder_reads_as_a_fresh_stream(

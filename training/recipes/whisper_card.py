@@ -612,9 +612,10 @@ def long_stream_text(result: dict[str, Any] | None, out: str) -> str:
     if result is None:
         return "- Long streams (`python bench/long_stream.py`): not measured."
     settings = [row["restart_pause_s"] for row in result["manifests"][0]["rows"]]
-    pause = (
-        "digital silence" if result["pause_db"] is None else f"noise at {result['pause_db']:g} dBFS"
-    )
+    noise = "no noise" if result["noise_db"] is None else f"noise at {result['noise_db']:g} dBFS"
+    noise += " under all"
+    if result.get("gain_db"):
+        noise += f", everything scaled by {result['gain_db']:+g} dB"
     header = ["held-out manifest", *(f"restart_pause_s {r:g}" for r in settings)]
     search = (
         "greedy"
@@ -626,7 +627,7 @@ def long_stream_text(result: dict[str, Any] | None, out: str) -> str:
         f"{result['sentences']} --restart {' '.join(f'{r:g}' for r in settings)} --manifest "
         "...`): each split's sentences read as streams of up to "
         f"{result['sentences']} by one voice, each followed by {result['pause_s']:g} s of "
-        f"{pause}, {search}. WER of each sentence alone with its pause / of the streams / "
+        f"quiet, {noise}, {search}. WER of each sentence alone with its pause / of the streams / "
         "the difference in points:",
         "",
         "  | " + " | ".join(header) + " |",
