@@ -142,9 +142,10 @@ class DecodeConfig:
     endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence
-    # Whisper front end: after this much silence the streaming encoder starts afresh at its
-    # next chunk, forgetting what came before, as every utterance it learnt from began
-    # with nothing before it (0: one context for the whole stream)
+    # Whisper front end: a quiet chunk after this much quiet (asr.frontend.PauseRestart) starts
+    # the stream afresh, as every utterance the model learnt from began with nothing before
+    # it: the Whisper encoder forgets what came before, the LAS encoder's state resets and
+    # the segment ends there (0: one context for the whole stream)
     restart_pause_s: float = 0.0
     # Whisper front end: recompute each segment's final, at its endpoint, from the
     # full-attention teacher over that segment, with the same LAS layers and decoder (the

@@ -196,9 +196,11 @@ class PauseRestart:
     def _is_quiet(self, db: float) -> bool:
         """Whether the next piece, ``db`` loud, is quiet; the window moves on by it."""
         piece, self._heard = self._heard, self._heard + 1
-        for queue, keeps in ((self._low, lambda old: old < db), (self._high, lambda old: old > db)):
-            while queue and not keeps(queue[-1][1]):
-                queue.pop()
+        while self._low and self._low[-1][1] >= db:  # never the quietest again
+            self._low.pop()
+        while self._high and self._high[-1][1] <= db:  # never the loudest again
+            self._high.pop()
+        for queue in (self._low, self._high):
             queue.append((piece, db))
             if queue[0][0] <= piece - self._window:
                 queue.popleft()
