@@ -56,24 +56,37 @@ def late_peaked(batch, length):
     return energy, previous
 
 
+def row_error(ours, ref):
+    """The largest L1 error of a row relative to the reference row's mass."""
+    ours = ours.detach().double()
+    return ((ours - ref).abs().sum(-1) / ref.abs().sum(-1).clamp(min=1e-300)).max().item()
+
+
 def relative_error(fn, energy, previous):
-    ref = step_loop(energy.double(), previous.double())
     with torch.no_grad():
-        ours = fn(energy, previous).double()
-    return ((ours - ref).abs().sum(-1) / ref.abs().sum(-1)).max().item()
+        return row_error(fn(energy, previous), step_loop(energy.double(), previous.double()))
+
+
+def median_ms(run, repeats, warmup):
+    """Median wall time of ``run()`` (a forward and backward pass) after ``warmup`` calls."""
+    times = []
+    for _ in range(repeats + warmup):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[warmup:]) * 1e3
 
 
 def timed(fn, energy, previous, repeats):
     energy = energy.clone().requires_grad_()
     previous = previous.clone().requires_grad_()
     weights = torch.randn(energy.shape, generator=torch.Generator().manual_seed(1))
-    times = []
-    for _ in range(repeats + 2):
+
+    def run():
         energy.grad = previous.grad = None
-        start = time.perf_counter()
         (fn(energy, previous) * weights).sum().backward()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[2:]) * 1e3
+
+    return median_ms(run, repeats, warmup=2)
 
 
 def offset_loop(alpha, u, width, mask):
@@ -110,19 +123,14 @@ def mocha() -> None:
         ref = offset_loop(alpha.double(), u.double(), width, mask)
         ms, err = {}, {}
         for name, fn in (("ours", chunkwise_weights), ("loop", offset_loop)):
-            times = []
-            for _ in range(5):
-                energy = u.clone().requires_grad_()
-                start = time.perf_counter()
-                out = fn(alpha, energy, width, mask)
-                (out * weights).sum().backward()
-                times.append(time.perf_counter() - start)
-            ms[name] = statistics.median(times[1:]) * 1e3
-            err[name] = (
-                ((out.detach().double() - ref).abs().sum(-1) / ref.abs().sum(-1).clamp(min=1e-300))
-                .max()
-                .item()
-            )
+            energy = u.clone().requires_grad_()
+
+            def run(fn=fn, energy=energy):
+                energy.grad = None
+                (fn(alpha, energy, width, mask) * weights).sum().backward()
+
+            ms[name] = median_ms(run, repeats=4, warmup=1)
+            err[name] = row_error(fn(alpha, u, width, mask), ref)
         print(
             f"{std:>10.0f} | {ms['ours']:>8.1f} {ms['loop']:>8.1f} {ms['loop'] / ms['ours']:>9.1f} | "
             f"{err['ours']:>9.1e} {err['loop']:>9.1e}"
