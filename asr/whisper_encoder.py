@@ -20,6 +20,7 @@ with random position offsets (``position_offset`` in :meth:`forward`).
 from __future__ import annotations
 
 import copy
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -396,6 +397,72 @@ class PerItem(nn.Module):
         return per_stream(self.linear, x)
 
 
+class Int8Product:
+    """The integer product ``x[M, K] @ rows[N, K].T`` of :class:`Int8Linear`, as floats.
+
+    Two kernels give the same exact sums: oneDNN's int8 matmul on weights packed once, and
+    ``torch._int_mm``, which packs them on every call. Which is faster depends on the CPU,
+    by two orders of magnitude: on Intel's AVX-512 and AMX machines oneDNN's packed kernel
+    saved a third of ``_int_mm``'s time on a chunk's rows, while on an AMD EPYC (AVX-512
+    VNNI) oneDNN falls back to its reference kernel (133 ms against ``_int_mm``'s 0.07 ms
+    for 8 x 512 x 2048, a stream 8x slower than real time). So each process times both
+    once, on a chunk-sized product, and keeps the faster (:func:`packed_int8_is_faster`)."""
+
+    def __init__(self, rows: Tensor, packed: bool | None = None) -> None:
+        """``packed``: oneDNN's kernel (True) or ``_int_mm`` (False); None: the faster here."""
+        self.columns = rows.t().contiguous()  # [in, out], as _int_mm takes it
+        if packed is None:
+            packed = packed_int8_is_faster()
+        self.packed = torch.ops.onednn.qlinear_prepack(rows, None) if packed else None
+        out = len(rows)
+        self._unit = torch.ones(out), torch.zeros(out, dtype=torch.long)
+
+    def __call__(self, quantised: Tensor) -> Tensor:
+        if self.packed is None:
+            return torch._int_mm(quantised, self.columns).float()
+        ones, zeros = self._unit
+        return torch.ops.onednn.qlinear_pointwise(
+            quantised, 1.0, 0, self.packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
+        )
+
+
+_PACKED_INT8_IS_FASTER: bool | None = None
+
+
+def packed_int8_is_faster() -> bool:
+    """Whether oneDNN's packed int8 matmul beats ``torch._int_mm`` on this CPU: the median
+    of three calls each on one chunk's states through a 512 x 2048 layer, once a process."""
+    global _PACKED_INT8_IS_FASTER
+    if _PACKED_INT8_IS_FASTER is None:
+        generator = torch.Generator().manual_seed(0)
+        rows = torch.randint(-127, 128, (2048, 512), dtype=torch.int8, generator=generator)
+        x = torch.randint(-127, 128, (8, 512), dtype=torch.int8, generator=generator)
+        columns, packed = rows.t().contiguous(), torch.ops.onednn.qlinear_prepack(rows, None)
+        ones, zeros = torch.ones(2048), torch.zeros(2048, dtype=torch.long)
+
+        def onednn() -> Tensor:
+            return torch.ops.onednn.qlinear_pointwise(
+                x, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
+            )
+
+        def int_mm() -> Tensor:
+            return torch._int_mm(x, columns)
+
+        _PACKED_INT8_IS_FASTER = _median_seconds(onednn) < _median_seconds(int_mm)
+    return _PACKED_INT8_IS_FASTER
+
+
+def _median_seconds(call: Callable[[], Tensor], repeats: int = 3) -> float:
+    """Median wall time of ``call`` after one warm-up call."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
 class Int8Linear(nn.Module):
     """A linear layer in int8: weights quantised per output row once, activations per row
     (per state) on every call, one integer matrix product, scales and bias applied after.
@@ -404,19 +471,15 @@ class Int8Linear(nn.Module):
     output never depends on the rows it is computed with: streams batch together into one
     product, whose weights are read once for all of them, and each still gets its states
     alone bit for bit. Per-row scales also keep a quiet state's precision whatever is loud
-    next to it. The product is oneDNN's int8 kernel with the weights packed once for it
-    (unit scales: it returns the integer sums as floats); ``torch._int_mm`` packs them on
-    every call, which costs it about half again on a chunk's rows."""
+    next to it. The product is :class:`Int8Product`, whichever kernel is fast here."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         weight = weight.detach().float()
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
-        rows = torch.round(weight / scale.unsqueeze(1)).to(torch.int8)
-        self.packed = torch.ops.onednn.qlinear_prepack(rows, None)  # opaque, [out, in]
+        self.product = Int8Product(torch.round(weight / scale.unsqueeze(1)).to(torch.int8))
         self.register_buffer("scale", scale)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
-        self._unit = torch.ones(len(scale)), torch.zeros(len(scale), dtype=torch.long)
 
     @classmethod
     def of(cls, linear: nn.Linear) -> Int8Linear:
@@ -426,11 +489,7 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, x.shape[-1])
         x_scale = rows.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)
         quantised = torch.div(rows, x_scale).round_().to(torch.int8)
-        ones, zeros = self._unit
-        sums = torch.ops.onednn.qlinear_pointwise(
-            quantised, 1.0, 0, self.packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
-        )
-        y = sums.mul_(x_scale).mul_(self.scale)
+        y = self.product(quantised).mul_(x_scale).mul_(self.scale)
         if self.bias is not None:
             y = y.add_(self.bias)
         return y.view(*x.shape[:-1], -1)

@@ -13,6 +13,7 @@ from torch import nn
 from asr.audio import read_audio
 from asr.whisper_encoder import (
     Int8Linear,
+    Int8Product,
     Streaming,
     WhisperDims,
     WhisperEncoder,
@@ -183,6 +184,18 @@ def test_streaming_settings_are_checked(teacher: WhisperEncoder) -> None:
         teacher.stream(Streaming(chunk=0))
     with pytest.raises(ValueError, match="full attention covers at most 1500"):
         teacher(torch.zeros(1, 3002, 80))
+
+
+def test_both_int8_kernels_give_the_exact_integer_sums() -> None:
+    """Int8Product picks oneDNN's packed kernel or _int_mm by speed on this CPU; either must
+    return the exact integer product, so the choice never changes a state."""
+    generator = torch.Generator().manual_seed(0)
+    for inner in (240, 512, 1536, 2048):  # the convolutions' windows and the layers' widths
+        rows = torch.randint(-127, 128, (96, inner), dtype=torch.int8, generator=generator)
+        x = torch.randint(-127, 128, (9, inner), dtype=torch.int8, generator=generator)
+        exact = (x.long() @ rows.long().t()).float()
+        for packed in (True, False):
+            assert torch.equal(Int8Product(rows, packed)(x), exact), (inner, packed)
 
 
 def test_int8_linear_rows_keep_their_own_scale_whatever_their_company() -> None:
