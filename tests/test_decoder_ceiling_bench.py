@@ -1,0 +1,40 @@
+"""bench/decoder_ceiling.py on the bundled model and shipped held-out sentences: Whisper's
+decoder reads the bundle's encoder states (the teacher's and the streaming student's) far
+better than the bundle's own decoder does, which is what the benchmark is there to show."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import REPO, load_bench
+
+decoder_ceiling = load_bench("decoder_ceiling")
+MANIFEST = REPO / "tests" / "data" / "heldout" / "test_seen_voices.jsonl"
+
+
+def test_whisper_decoder_reads_both_encoders_better_than_the_bundle(
+    whisper_model_file, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert decoder_ceiling.main(["--manifest", str(MANIFEST), "--limit", "3"]) == 0
+    header, rule, row = capsys.readouterr().out.splitlines()
+    assert header.split(" | ")[2:] == [
+        "bundle streaming",
+        "bundle two-pass",
+        "Whisper decoder on teacher",
+        "Whisper decoder on student |",
+    ]
+    assert row.startswith(f"| {MANIFEST} | 3 | ")
+    streaming, two_pass, teacher, student = map(float, re.findall(r"([\d.]+)%", row))
+    # measured: 54.55 / 36.36 / 13.64 / 9.09 (the census bureau, a puffing kind of man,
+    # she felt an object brushing her arm)
+    assert max(teacher, student) < 25 < two_pass < streaming
+
+
+def test_an_fbank_bundle_is_refused_by_name(
+    whisper_model_file, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = REPO / "models" / "first-gen"
+    assert decoder_ceiling.main(["--model", str(bundle), "--manifest", str(MANIFEST)]) == 2
+    assert f"{bundle}: an fbank bundle has no Whisper encoder" in capsys.readouterr().err
