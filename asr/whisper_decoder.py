@@ -142,12 +142,33 @@ class WhisperTextDecoder(nn.Module):
     @torch.no_grad()
     def greedy(self, memory: Memory, prompt: list[int], end: int, limit: int = 224) -> list[int]:
         """The most likely token at each step after ``prompt`` until ``end`` (at most
-        ``limit`` tokens), reading one memory [1, S, ...]; the whole prefix is read again at
-        each step (no self-attention cache: a memory cut anew reads every token anew)."""
-        tokens = list(prompt)
-        while len(tokens) - len(prompt) < limit:
-            best = int(self(torch.tensor([tokens]), memory)[0, -1].argmax())
+        ``limit`` tokens, and a loop kept once: :func:`loop_start`), reading one memory
+        [1, S, ...]; the whole prefix is read again at each step (no self-attention cache: a
+        memory cut anew reads every token anew)."""
+        tokens: list[int] = []
+        while len(tokens) < limit:
+            best = int(self(torch.tensor([prompt + tokens]), memory)[0, -1].argmax())
             if best == end:
                 break
             tokens.append(best)
-        return tokens[len(prompt) :]
+            start = loop_start(tokens)
+            if start is not None:
+                return tokens[:start]
+        return tokens
+
+
+def loop_start(tokens: list[int], repeats: int = 4, longest: int = 10) -> int | None:
+    """Where the repeats after the first copy of a loop begin, if ``tokens`` ends with
+    one run of up to ``longest`` tokens said ``repeats`` times over; else None.
+
+    Greedy decoding of Whisper's decoder can fall into saying a phrase again and again
+    ("he learned to learn to learn to learn ..."), above all from states it was not
+    trained on; Whisper itself then decodes again at a higher temperature. Four times
+    in a row is rare in speech ("no no no" is three)."""
+    for n in range(1, longest + 1):
+        if len(tokens) < repeats * n:
+            break
+        tail = tokens[-n:]
+        if all(tokens[-k * n : len(tokens) - (k - 1) * n] == tail for k in range(2, repeats + 1)):
+            return len(tokens) - (repeats - 1) * n
+    return None

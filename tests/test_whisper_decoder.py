@@ -11,7 +11,7 @@ import torch
 
 from asr.audio import read_audio
 from asr.scoring import score
-from asr.whisper_decoder import WhisperTextDecoder
+from asr.whisper_decoder import WhisperTextDecoder, loop_start
 from asr.whisper_encoder import WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.ctranslate2_file import read_ct2_model
@@ -91,3 +91,13 @@ def test_a_cut_memory_reads_the_states_before_the_cut_and_silence_after(
         together = decoder(tokens, cut)
         alone = decoder(tokens[:1], [(k[1:2], v[1:2]) for k, v in cut])
     torch.testing.assert_close(together[1:2], alone, rtol=0, atol=1e-5)
+
+
+def test_a_loop_is_kept_once_and_ordinary_repeats_are_no_loop() -> None:
+    assert loop_start([7, 1, 2, 3, 3, 3, 3]) == 4  # "3" four times: keep one
+    assert loop_start([7, 5, 6, 5, 6, 5, 6, 5, 6]) == 3  # "5 6" four times
+    assert loop_start([9, 8, *[1, 2, 3] * 4]) == 5
+    assert loop_start([7, 3, 3, 3]) is None  # "no no no"
+    assert loop_start([7, 5, 6, 5, 6]) is None  # "command command"
+    assert loop_start(list(range(30))) is None
+    assert loop_start([*range(11)] * 4) is None  # longer than ``longest``

@@ -1,0 +1,361 @@
+"""A prototype: hard monotonic attention that decides *when* Whisper's decoder speaks.
+
+``bench/decoder_ceiling.py`` shows Whisper-base's decoder reading the streaming student's
+states far better than the LSTM decoder learnt from synthetic speech. Whisper's decoder
+reads a whole window, though; this prototype makes it stream with the method of Raffel et
+al. (2017). A monotonic energy over LAS-style LSTM states (one per 40 ms, from the
+student's states) and a query LSTM over the tokens said so far is scanned from a persistent
+pointer: the first state j with p > 0.5 emits the next token, which Whisper's decoder picks
+from the states up to j (the memory cut there, the encoded silence after it, as
+``WhisperTextDecoder.cut`` gives). Running off the end of the audio waits; at the end of
+the utterance the rest is read from the whole memory.
+
+Training is the soft (expected) form of that process and needs no alignments: with
+``P[i, j]`` Whisper's probability of token i given the tokens before it and the memory cut
+after state j (computed once per utterance, the decoder frozen), the loss of token i is
+
+    -log( sum_j alpha(i, j) P[i, j] + (1 - sum_j alpha(i, j)) P[i, end] )
+      + latency * (sum_j alpha(i, j) j + (1 - sum_j alpha(i, j)) J) / J
+
+where alpha is the soft monotonic alignment (``asr.attention.soft_monotonic_alignment``)
+and the missing mass emits at the end. The tokens are Whisper's own transcript of the
+student's states (what the decoder will say), ending with end-of-text.
+
+It prints, per held-out manifest: Whisper's decoder on the whole memory (offline, the
+ceiling), the streaming prototype, the share of tokens emitted before the audio ended,
+and how many states after the first state from which Whisper would pick the token it
+emitted each one was emitted (median and p95, in ms).
+
+    python bench/monotonic_speller.py --train data/live/train.jsonl --train-limit 600 \\
+        --test data/live/test_seen_voices.jsonl --test-limit 100 --minutes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import math
+import pickle
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr.attention import MonotonicEnergy, soft_monotonic_alignment  # noqa: E402
+from asr.bundle import load_model  # noqa: E402
+from asr.scoring import score  # noqa: E402
+from asr.whisper_decoder import WhisperTextDecoder, loop_start  # noqa: E402
+from asr.whisper_features import SAMPLE_RATE  # noqa: E402
+from bench.decoder_ceiling import WhisperDecoder, encoders  # noqa: E402
+from bench.real_speech import DEFAULT_CACHE, WHEEL_CACHE, score_text, whisper_ct2_dir  # noqa: E402
+from training.dataset import entry_audio  # noqa: E402
+from training.manifest import read_manifest  # noqa: E402
+
+STRIDE = 2  # student states (20 ms) per policy state (40 ms)
+STATE_MS = 20 * STRIDE
+CHUNK = 8  # student states per streaming chunk (160 ms): the memory a state's chunk brings
+CUTS_PER_BATCH = 16
+
+
+@dataclass
+class Utterance:
+    """One utterance's student states, Whisper's tokens of them and their P matrix."""
+
+    text: str
+    states: np.ndarray  # [T, 512] student states of the speech
+    tokens: list[int]  # Whisper's transcript of the whole memory (no end-of-text)
+    log_p: np.ndarray  # [L + 1, J + 1]: log P(token i | cut after policy state j); last: end
+
+
+class Speller:
+    """Whisper's decoder over one utterance's memory, cut where the policy says."""
+
+    def __init__(self, whisper: WhisperDecoder, silence: np.ndarray) -> None:
+        self.whisper = whisper
+        self.decoder = whisper.decoder
+        self.silence_states = silence
+        self.silence = self.decoder.memory(torch.from_numpy(silence)[None])
+
+    def memory(self, states: np.ndarray) -> list[tuple[Tensor, Tensor]]:
+        window = self.silence_states.copy()
+        window[: len(states)] = states[: len(window)]
+        return self.decoder.memory(torch.from_numpy(window)[None])
+
+    @torch.no_grad()
+    def log_p(self, memory, tokens: list[int], ends: list[int]) -> np.ndarray:
+        """log P of each of ``tokens`` + end-of-text under memories cut at ``ends``:
+        [len(tokens) + 1, len(ends)]."""
+        prompt, end = self.whisper.prompt, self.whisper.end
+        sequence = torch.tensor([prompt + tokens])
+        targets = torch.tensor(tokens + [end])
+        rows = []
+        for start in range(0, len(ends), CUTS_PER_BATCH):
+            batch = torch.tensor(ends[start : start + CUTS_PER_BATCH])
+            cut = WhisperTextDecoder.cut(memory, self.silence, batch)
+            out = self.decoder(sequence.expand(len(batch), -1), cut)[:, len(prompt) - 1 :]
+            rows.append(out.gather(2, targets.expand(len(batch), -1).unsqueeze(2))[..., 0])
+        return torch.cat(rows).T.numpy()
+
+    @torch.no_grad()
+    def next_token(self, memory, tokens: list[int], end: int) -> int:
+        cut = WhisperTextDecoder.cut(memory, self.silence, torch.tensor([end]))
+        out = self.decoder(torch.tensor([self.whisper.prompt + tokens]), cut)
+        return int(out[0, -1].argmax())
+
+
+def chunk_ends(states: int) -> list[int]:
+    """For each policy state, the student states available once its chunk has arrived."""
+    count = math.ceil(states / STRIDE)
+    return [min(math.ceil(STRIDE * (j + 1) / CHUNK) * CHUNK, states) for j in range(count)]
+
+
+def per_chunk(ends: list[int], rows: Callable[[list[int]], np.ndarray]) -> np.ndarray:
+    """``rows(memory cut at e)`` for each distinct end, spread back over ``ends``: one
+    decoder pass per chunk, not per policy state."""
+    distinct = sorted(set(ends))
+    columns = rows(distinct)
+    where = {end: k for k, end in enumerate(distinct)}
+    return columns[:, [where[end] for end in ends]]
+
+
+def prepare(
+    entries, encode, speller: Speller, with_p: bool = True, limit_tokens: int = 120
+) -> list[Utterance]:
+    """Student states, Whisper's transcript and (``with_p``) P for each entry (runaway
+    transcripts left out)."""
+    out = []
+    for entry in tqdm(entries, unit="utt", file=sys.stderr, desc="P matrices"):
+        samples = entry_audio(entry, SAMPLE_RATE)[: 30 * SAMPLE_RATE]
+        states = encode(samples)[: math.ceil(len(samples) / 320)]
+        memory = speller.memory(states)
+        tokens = speller.decoder.greedy(memory, speller.whisper.prompt, speller.whisper.end)
+        if not tokens or len(tokens) > min(limit_tokens, 3 * len(entry.text.split()) + 10):
+            continue
+        ends = [*chunk_ends(len(states)), len(states)]
+        log_p = (
+            per_chunk(ends, functools.partial(speller.log_p, memory, tokens))
+            if with_p
+            else np.zeros(0)
+        )
+        out.append(Utterance(entry.text, states, tokens, log_p))
+    return out
+
+
+class Policy(nn.Module):
+    """Keys: an LSTM over pairs of student states; queries: an LSTM over Whisper's token
+    embeddings (frozen) of the tokens said so far; Raffel's monotonic energy between them."""
+
+    def __init__(self, embeddings: Tensor, units: int = 256, dim: int = 128) -> None:
+        super().__init__()
+        width = embeddings.shape[1]
+        self.embed = nn.Embedding.from_pretrained(embeddings, freeze=True)
+        self.listen = nn.LSTM(STRIDE * width, units, batch_first=True)
+        self.speak = nn.LSTM(width, units, batch_first=True)
+        self.energy = MonotonicEnergy(units, units, dim, init_r=-4.0, init_g=None)
+
+    def keys(self, states: Tensor) -> Tensor:
+        """[T, 512] student states -> [J, dim] projected keys."""
+        pad = (-len(states)) % STRIDE
+        states = torch.cat([states, states[-1:].expand(pad, -1)]) if pad else states
+        listened, _ = self.listen(states.reshape(1, -1, STRIDE * states.shape[1]))
+        return self.energy.keys(listened[0])
+
+    def queries(self, tokens: Tensor) -> Tensor:
+        """[U] tokens (the last prompt token first) -> [U, units] query states."""
+        spoken, _ = self.speak(self.embed(tokens)[None])
+        return spoken[0]
+
+
+def loss_of(policy: Policy, utt: Utterance, first: int, latency: float, noise: float) -> Tensor:
+    keys = policy.keys(torch.from_numpy(utt.states))
+    queries = policy.queries(torch.tensor([first, *utt.tokens]))
+    energies = policy.energy.grid(queries[None], keys[None])[0]  # [L + 1, J]
+    if noise > 0:
+        energies = energies + noise * torch.randn_like(energies)
+    log_p = torch.from_numpy(utt.log_p)
+    count = keys.shape[0]
+    previous = torch.zeros(1, count)
+    previous[0, 0] = 1.0
+    total = torch.zeros(())
+    positions = torch.arange(count, dtype=torch.float32)
+    for i in range(len(energies)):
+        alpha = soft_monotonic_alignment(energies[i : i + 1], previous)[0]
+        left = (1 - alpha.sum()).clamp(min=1e-6)
+        terms = torch.cat(
+            [torch.log(alpha.clamp(min=1e-30)) + log_p[i, :count], left.log()[None] + log_p[i, -1:]]
+        )
+        delay = (alpha * positions).sum() + left * count
+        total = total - torch.logsumexp(terms, 0) + latency * delay / count
+        previous = alpha[None]
+    return total / len(energies)
+
+
+def stream(
+    policy: Policy, speller: Speller, utt: Utterance, first: int
+) -> tuple[list[int], list[int], int]:
+    """The hard monotonic scan: (tokens, the policy state each was emitted at (-1: at the
+    end), policy states in all)."""
+    with torch.no_grad():
+        keys = policy.keys(torch.from_numpy(utt.states))
+        direction, r = policy.energy.direction(), policy.energy.r
+        memory = speller.memory(utt.states)
+        ends = chunk_ends(len(utt.states))
+        count, pointer = keys.shape[0], 0
+        tokens: list[int] = []
+        at: list[int] = []
+        state = None
+        query_in = torch.tensor([[first]])
+        while len(tokens) < 224:
+            spoken, new_state = policy.speak(policy.embed(query_in), state)
+            query = policy.energy.query(spoken[0, -1])
+            chosen = -1
+            while pointer < count:
+                if float(torch.tanh(query + keys[pointer]) @ direction + r) > 0:
+                    token = speller.next_token(memory, tokens, ends[pointer])
+                    if token != speller.whisper.end:
+                        chosen = token
+                        break
+                pointer += 1  # nothing there yet (or Whisper would end here): read on
+            if chosen < 0:  # the audio ended: the rest from the whole memory
+                chosen = speller.next_token(memory, tokens, len(utt.states))
+                if chosen == speller.whisper.end:
+                    break
+                at.append(-1)
+            else:
+                at.append(pointer)
+            tokens.append(chosen)
+            start = loop_start(tokens)
+            if start is not None:  # a phrase said over and over: keep it once and stop
+                del tokens[start:], at[start:]
+                break
+            state, query_in = new_state, torch.tensor([[chosen]])
+        return tokens, at, count
+
+
+def ready_at(utt: Utterance, speller: Speller, tokens: list[int]) -> list[int]:
+    """For each emitted token, the first policy state from whose chunk on Whisper's argmax
+    would be that token (given the emitted prefix): when it could have been said."""
+    memory = speller.memory(utt.states)
+    ends = chunk_ends(len(utt.states))
+    sequence = torch.tensor([speller.whisper.prompt + tokens])
+    start = len(speller.whisper.prompt) - 1
+
+    @torch.no_grad()
+    def argmax(cut_ends: list[int]) -> np.ndarray:
+        rows = []
+        for first in range(0, len(cut_ends), CUTS_PER_BATCH):
+            batch = torch.tensor(cut_ends[first : first + CUTS_PER_BATCH])
+            cut = WhisperTextDecoder.cut(memory, speller.silence, batch)
+            rows.append(speller.decoder(sequence.expand(len(batch), -1), cut)[:, start:-1])
+        return torch.cat(rows).argmax(-1).T.numpy()  # [L, cuts]
+
+    best = per_chunk(ends, argmax)
+    ready = []
+    for i, token in enumerate(tokens):
+        hits = np.flatnonzero(best[i] == token)
+        ready.append(int(hits[0]) if len(hits) else len(ends))
+    return ready
+
+
+def wer(test: list[Utterance], hyps: list[str]) -> float:
+    """WER in percent, texts normalised as bench/real_speech.py scores them."""
+    refs = [score_text(u.text) for u in test]
+    ids = [str(i) for i in range(len(test))]
+    return 100 * score(ids, refs, [score_text(h) for h in hyps])[0]["wer"]["rate"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "models" / "default")
+    parser.add_argument("--train", type=Path, required=True)
+    parser.add_argument("--train-limit", type=int, default=600)
+    parser.add_argument("--test", type=Path, nargs="+", required=True)
+    parser.add_argument("--test-limit", type=int, default=100)
+    parser.add_argument("--minutes", type=float, default=10.0, help="training time")
+    parser.add_argument("--latency", type=float, default=1.0, help="weight of the delay term")
+    parser.add_argument("--noise", type=float, default=1.0, help="energy noise in training")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--work", type=Path, help="keeps each manifest's prepared utterances for later runs"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    whisper = WhisperDecoder(whisper_ct2_dir(DEFAULT_CACHE, WHEEL_CACHE))
+    teacher_and_student = encoders(args.model)
+    silence = teacher_and_student["teacher"](np.zeros(0, dtype=np.float32))
+    speller = Speller(whisper, silence)
+    student = load_model(args.model).frontend
+    assert student is not None
+
+    def prepared(manifest: Path, limit: int, with_p: bool) -> list[Utterance]:
+        entries = read_manifest(manifest)[0][:limit]
+        if args.work is None:
+            return prepare(entries, student.compute, speller, with_p)
+        key = hashlib.sha1(f"{manifest.resolve()} {limit} {with_p}".encode()).hexdigest()[:12]
+        path = args.work / f"{manifest.stem}-{key}.pkl"
+        if not path.is_file():
+            args.work.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(pickle.dumps(prepare(entries, student.compute, speller, with_p)))
+        return pickle.loads(path.read_bytes())
+
+    train = prepared(args.train, args.train_limit, True)
+    policy = Policy(whisper.decoder.embed.weight.detach().clone())
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    optimiser = torch.optim.Adam(trainable, lr=1e-3)
+    first = whisper.prompt[-1]
+    started, step, recent = time.monotonic(), 0, []
+    rng = np.random.default_rng(args.seed)
+    while time.monotonic() - started < 60 * args.minutes:
+        policy.train()
+        utt = train[int(rng.integers(len(train)))]
+        loss = loss_of(policy, utt, first, args.latency, args.noise)
+        optimiser.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(trainable, 5.0)
+        optimiser.step()
+        recent = [*recent[-199:], float(loss)]
+        step += 1
+        if step % 200 == 0:
+            print(f"step {step}: loss {np.mean(recent):.3f}", file=sys.stderr, flush=True)
+    policy.eval()
+    print(f"trained {step} steps on {len(train)} utterances ({args.minutes} min)")
+    print(
+        "| manifest | utterances | Whisper offline | streaming | streamed share | lag p50 | lag p95 |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for manifest in args.test:
+        test = prepared(manifest, args.test_limit, False)
+        offline, streamed, lags, early, total = [], [], [], 0, 0
+        for utt in tqdm(test, unit="utt", file=sys.stderr, desc="streaming"):
+            tokens, at, count = stream(policy, speller, utt, first)
+            offline.append(whisper.tokenizer.decode(utt.tokens))
+            streamed.append(whisper.tokenizer.decode(tokens))
+            ready = ready_at(utt, speller, tokens)
+            for emitted, could in zip(at, ready):
+                total += 1
+                if emitted >= 0:
+                    early += 1
+                lags.append(((emitted if emitted >= 0 else count) - could) * STATE_MS)
+        print(
+            f"| {manifest} | {len(test)} | {wer(test, offline):.2f}% | {wer(test, streamed):.2f}% | "
+            f"{100 * early / max(total, 1):.1f}% | {np.percentile(lags, 50):.0f} ms | "
+            f"{np.percentile(lags, 95):.0f} ms |",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

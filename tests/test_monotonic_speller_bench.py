@@ -1,0 +1,66 @@
+"""bench/monotonic_speller.py's hard scan and its training targets, on shipped held-out
+audio: a policy that never fires says at the end what Whisper's decoder says offline, one
+that always fires says each token as soon as Whisper's decoder would say anything, and P
+holds Whisper's log-probabilities of the tokens under each cut."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import REPO, load_bench
+from training.manifest import read_manifest
+
+speller_bench = load_bench("monotonic_speller")
+MANIFEST = REPO / "tests" / "data" / "heldout" / "test_seen_voices.jsonl"
+
+
+@pytest.fixture(scope="module")
+def parts(whisper_model_file):
+    ceiling = load_bench("decoder_ceiling")
+    whisper = ceiling.WhisperDecoder(
+        ceiling.whisper_ct2_dir(ceiling.DEFAULT_CACHE, ceiling.WHEEL_CACHE)
+    )
+    encode = ceiling.encoders(REPO / "models" / "default")
+    speller = speller_bench.Speller(whisper, encode["teacher"](np.zeros(0, dtype=np.float32)))
+    entries = read_manifest(MANIFEST)[0][:2]
+    utterances = speller_bench.prepare(entries, encode["student"], speller)
+    policy = speller_bench.Policy(whisper.decoder.embed.weight.detach().clone()).eval()
+    return whisper, speller, utterances, policy
+
+
+def test_p_holds_whisper_log_probabilities_under_each_cut(parts) -> None:
+    whisper, speller, utterances, _ = parts
+    for utt in utterances:
+        states = math.ceil(len(utt.states) / speller_bench.STRIDE)
+        assert utt.log_p.shape == (len(utt.tokens) + 1, states + 1)
+        assert np.all(utt.log_p <= 0)
+        # the whole memory: the transcript is Whisper's greedy one, so each token (and then
+        # end-of-text) is the most likely there, well above chance
+        assert np.all(utt.log_p[:, -1] > np.log(0.2))
+        # from the first chunk alone Whisper's decoder cannot know the sentence
+        assert utt.log_p[:, 0].mean() < utt.log_p[:, -1].mean() - 2
+
+
+def test_never_firing_says_everything_at_the_end_as_offline(parts) -> None:
+    whisper, speller, utterances, policy = parts
+    with torch.no_grad():
+        policy.energy.r.fill_(-1e4)
+    for utt in utterances:
+        tokens, at, _ = speller_bench.stream(policy, speller, utt, whisper.prompt[-1])
+        assert tokens == utt.tokens
+        assert at == [-1] * len(tokens)
+
+
+def test_always_firing_says_each_token_once_whisper_would_say_anything(parts) -> None:
+    whisper, speller, utterances, policy = parts
+    with torch.no_grad():
+        policy.energy.r.fill_(1e4)
+    for utt in utterances:
+        tokens, at, count = speller_bench.stream(policy, speller, utt, whisper.prompt[-1])
+        emitted = [a for a in at if a >= 0]
+        assert emitted and emitted == sorted(emitted)  # the pointer only moves forward
+        assert emitted[0] < count // 2  # the first word comes long before the end
