@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         nn.utils.clip_grad_norm_(trainable, 5.0)
         optimiser.step()
-        recent = [*recent[-199:], float(loss)]
+        recent = [*recent[-199:], loss.item()]
         step += 1
         if step % 200 == 0:
             print(f"step {step}: loss {np.mean(recent):.3f}", file=sys.stderr, flush=True)
