@@ -2,8 +2,8 @@
 
 Whisper-base's decoder learnt English from 680,000 hours of transcribed speech; the
 LSTM decoder here learns it from a few hours of synthetic speech. ``bench/decoder_ceiling.py``
-measures what that costs: Whisper's decoder reads the streaming student's states nearly
-as well as the full-attention teacher's, and far better than this project's decoder does.
+measures what that costs by having Whisper's decoder read a bundle's encoder states (the
+full-attention teacher's and the streaming student's) beside the bundle's own decoder.
 
 Layout, as in Whisper (and as CTranslate2 stores it): token embeddings and learnt
 positions (448), pre-norm layers of self-attention (q, k, v fused), cross-attention over

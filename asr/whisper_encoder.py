@@ -410,19 +410,34 @@ class Int8Product:
 
     def __init__(self, rows: Tensor, packed: bool | None = None) -> None:
         """``packed``: oneDNN's kernel (True) or ``_int_mm`` (False); None: the faster here."""
-        self.columns = rows.t().contiguous()  # [in, out], as _int_mm takes it
         if packed is None:
             packed = packed_int8_is_faster()
-        self.packed = torch.ops.onednn.qlinear_prepack(rows, None) if packed else None
+        # only the chosen kernel's layout is kept: opaque packed [out, in], or [in, out]
+        self.weights = (
+            torch.ops.onednn.qlinear_prepack(rows, None) if packed else rows.t().contiguous()
+        )
+        self.packed = packed
         out = len(rows)
         self._unit = torch.ones(out), torch.zeros(out, dtype=torch.long)
 
     def __call__(self, quantised: Tensor) -> Tensor:
-        if self.packed is None:
-            return torch._int_mm(quantised, self.columns).float()
+        if not self.packed:
+            return torch._int_mm(quantised, self.weights).float()
         ones, zeros = self._unit
         return torch.ops.onednn.qlinear_pointwise(
-            quantised, 1.0, 0, self.packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
+            quantised,
+            1.0,
+            0,
+            self.weights,
+            ones,
+            zeros,
+            None,
+            1.0,
+            0,
+            torch.float32,
+            "none",
+            [],
+            "",
         )
 
 
@@ -437,18 +452,10 @@ def packed_int8_is_faster() -> bool:
         generator = torch.Generator().manual_seed(0)
         rows = torch.randint(-127, 128, (2048, 512), dtype=torch.int8, generator=generator)
         x = torch.randint(-127, 128, (8, 512), dtype=torch.int8, generator=generator)
-        columns, packed = rows.t().contiguous(), torch.ops.onednn.qlinear_prepack(rows, None)
-        ones, zeros = torch.ones(2048), torch.zeros(2048, dtype=torch.long)
-
-        def onednn() -> Tensor:
-            return torch.ops.onednn.qlinear_pointwise(
-                x, 1.0, 0, packed, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""
-            )
-
-        def int_mm() -> Tensor:
-            return torch._int_mm(x, columns)
-
-        _PACKED_INT8_IS_FASTER = _median_seconds(onednn) < _median_seconds(int_mm)
+        onednn, int_mm = Int8Product(rows, packed=True), Int8Product(rows, packed=False)
+        _PACKED_INT8_IS_FASTER = _median_seconds(lambda: onednn(x)) < _median_seconds(
+            lambda: int_mm(x)
+        )
     return _PACKED_INT8_IS_FASTER
 
 

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
+from asr.recognizer import Recognizer  # noqa: E402
 from asr.scoring import score  # noqa: E402
 from asr.whisper_decoder import WhisperTextDecoder  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE, log_mel  # noqa: E402
@@ -84,10 +85,11 @@ class WhisperDecoder:
         return self.tokenizer.decode(self.decoder.greedy(memory, self.prompt, self.end))
 
 
-def encoders(model: Path) -> dict[str, Encode]:
+def encoders(model: Path, recognizer: Recognizer | None = None) -> dict[str, Encode]:
     """The bundle's teacher (full attention, Whisper's floor) and streaming student (as
-    served, padded with the teacher's silence) as functions of one window's audio."""
-    frontend = load_model(model).frontend
+    served, padded with the teacher's silence) as functions of one window's audio
+    (``recognizer``: the bundle, if loaded already)."""
+    frontend = (recognizer or load_model(model)).frontend
     assert frontend is not None
     if frontend.encoder is None:
         raise ValueError(f"{model}: an fbank bundle has no Whisper encoder to read")
@@ -116,9 +118,8 @@ def transcribe(entries: list[Entry], encode: Encode, decoder: WhisperDecoder) ->
     return hyps
 
 
-def bundle_hyps(model: Path, entries: list[Entry], two_pass: bool) -> list[str]:
+def bundle_hyps(recognizer: Recognizer, entries: list[Entry], two_pass: bool) -> list[str]:
     """The bundle's own transcripts, greedy, as ``asr eval --beam 1 --lm-weight 0`` decodes."""
-    recognizer = load_model(model)
     recognizer.set_search(1, 0.0, two_pass)
     return [
         recognizer.transcribe(entry_audio(e, SAMPLE_RATE), SAMPLE_RATE)
@@ -126,9 +127,10 @@ def bundle_hyps(model: Path, entries: list[Entry], two_pass: bool) -> list[str]:
     ]
 
 
-def wer(entries: list[Entry], hyps: list[str]) -> float:
-    refs = [score_text(e.text) for e in entries]
-    summary, _ = score([e.id for e in entries], refs, [score_text(h) for h in hyps])
+def wer(refs: list[str], hyps: list[str]) -> float:
+    """Word error rate, both sides normalised as ``bench/real_speech.py`` scores them."""
+    ids = [str(i) for i in range(len(refs))]
+    summary, _ = score(ids, [score_text(r) for r in refs], [score_text(h) for h in hyps])
     return float(summary["wer"]["rate"])
 
 
@@ -151,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.limit:
             manifests = {m: entries[: args.limit] for m, entries in manifests.items()}
         decoder = WhisperDecoder(whisper_ct2_dir(args.cache, args.wheels))
-        encode = encoders(args.model)
-        two_pass = load_model(args.model).two_pass_problem() is None
+        recognizer = load_model(args.model)
+        encode = encoders(args.model, recognizer)
+        two_pass = recognizer.two_pass_problem() is None
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -162,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|" + "---|" * len(columns))
     for manifest, entries in manifests.items():
         started = time.monotonic()
-        cells = [wer(entries, bundle_hyps(args.model, entries, False))]
+        refs = [e.text for e in entries]
+        cells = [wer(refs, bundle_hyps(recognizer, entries, False))]
         if two_pass:
-            cells.append(wer(entries, bundle_hyps(args.model, entries, True)))
-        cells += [wer(entries, transcribe(entries, e, decoder)) for e in encode.values()]
+            cells.append(wer(refs, bundle_hyps(recognizer, entries, True)))
+        cells += [wer(refs, transcribe(entries, e, decoder)) for e in encode.values()]
         row = " | ".join(f"{100 * c:.2f}%" for c in cells)
         print(f"| {manifest} | {len(entries)} | {row} |", flush=True)
         print(f"{manifest}: {time.monotonic() - started:.0f} s", file=sys.stderr)
