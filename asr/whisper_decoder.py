@@ -157,14 +157,15 @@ class WhisperTextDecoder(nn.Module):
         return tokens
 
 
-def loop_start(tokens: list[int], repeats: int = 4, longest: int = 10) -> int | None:
+def loop_start(tokens: list[int], repeats: int = 4, longest: int = 30) -> int | None:
     """Where the repeats after the first copy of a loop begin, if ``tokens`` ends with
     one run of up to ``longest`` tokens said ``repeats`` times over; else None.
 
     Greedy decoding of Whisper's decoder can fall into saying a phrase again and again
     ("he learned to learn to learn to learn ..."), above all from states it was not
     trained on; Whisper itself then decodes again at a higher temperature. Four times
-    in a row is rare in speech ("no no no" is three)."""
+    in a row is rare in speech ("no no no" is three); a looping sentence runs to 14
+    tokens and more ("you're not going to be able to be in the same place.")."""
     for n in range(1, longest + 1):
         if len(tokens) < repeats * n:
             break

