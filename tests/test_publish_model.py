@@ -253,6 +253,9 @@ def test_the_distill_command_is_the_one_recorded(tmp_path: Path) -> None:
         '"distill.train_manifests=[data/live/train.jsonl]" distill.valid_manifest=data/live/dev.jsonl '
         "distill.epochs=3 distill.threads=2"
     )
+    start = "distill.init=exp/live/init/whisper_encoder.safetensors"  # the recipe's INIT
+    Config.load(recipe, [*settings, start]).save(student.parent / "config.json")
+    assert distill_command(student, "data/live") == f"{command} {start}"
     Config.load(recipe, [*settings, "distill.lr=0.001"]).save(student.parent / "config.json")
     assert distill_command(student, "data/live") == (
         f"asr distill --config {student.parent / 'config.json'} --out {student.parent}"

@@ -380,7 +380,8 @@ def distill_command(student: Path, data: str) -> str:
     if not recorded.is_file():
         return (
             f"asr distill --config {recipe} --out {out} "
-            f'"distill.train_manifests=[{data}/train.jsonl]" distill.valid_manifest={data}/dev.jsonl'
+            f'"distill.train_manifests=[{data}/train.jsonl,{data}/train_long.jsonl]" '
+            f"distill.valid_manifest={data}/dev_long.jsonl"
             f"  # reconstructed: {shown(recorded)} is missing"
         )
     config = Config.load(recorded)
@@ -390,6 +391,7 @@ def distill_command(student: Path, data: str) -> str:
         f"distill.valid_manifest={d.valid_manifest}",
         f"distill.epochs={d.epochs}",
         f"distill.threads={d.threads}",
+        *([f"distill.init={d.init}"] if d.init else []),
     ]
     if Config.load(REPO / recipe, settings).to_dict() == config.to_dict():
         return f'asr distill --config {recipe} --out {out} "{settings[0]}" {" ".join(settings[1:])}'
