@@ -72,6 +72,10 @@ def test_written_clips_are_the_parts_and_pauses_and_resume(tmp_path: Path) -> No
     stamps = [p.stat().st_mtime_ns for p in wavs]
     assert main([*args, "--max-seconds", "6"]) == 0
     assert [p.stat().st_mtime_ns for p in wavs] == stamps
+    # another plan (a grown corpus, other lengths): only its clips stay
+    assert main([*args, "--max-seconds", "9"]) == 0
+    listed = {Path(e.audio).name for e in read_manifest(out)[0]}
+    assert {p.name for p in wavs[0].parent.glob("*.wav")} == listed != {p.name for p in wavs}
 
 
 @pytest.mark.parametrize(

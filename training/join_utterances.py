@@ -9,7 +9,8 @@ written here are the utterances of one voice (a manifest's ``voice`` field, else
 restart pause), until a random length between --min-seconds and --max-seconds is
 reached; their text is the sentences' texts joined, so they serve distillation and
 training alike. The plan depends on the manifest and --seed only, so a rerun resumes,
-writing only the clips that are missing.
+writing only the clips that are missing (and removing those an earlier plan, of a smaller
+corpus, left behind).
 
     python -m training.join_utterances --manifest data/live/train.jsonl \\
         --out data/live/train_long.jsonl --min-seconds 12 --max-seconds 28
@@ -120,8 +121,9 @@ def clip_audio(clip: Clip) -> np.ndarray:
 
 def write_clips(clips: Sequence[Clip], manifest: Path) -> None:
     """The clips' wavs in ``wavs/<manifest's stem>/`` beside ``manifest`` (existing ones
-    kept), and ``manifest`` listing them with paths relative to its folder, as a corpus's
-    own manifests do (so the two concatenate into one manifest)."""
+    kept, those of no planned clip removed), and ``manifest`` listing them with paths
+    relative to its folder, as a corpus's own manifests do (so the two concatenate into
+    one manifest)."""
     folder = manifest.parent / "wavs" / manifest.stem
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -138,6 +140,10 @@ def write_clips(clips: Sequence[Clip], manifest: Path) -> None:
     tmp = manifest.with_name(f".{manifest.name}.tmp")
     tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
     os.replace(tmp, manifest)
+    planned = {f"{clip.id}.wav" for clip in clips}
+    for stale in folder.glob("*.wav"):  # clips of an earlier plan (the corpus has grown since)
+        if stale.name not in planned:
+            stale.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
