@@ -10,7 +10,7 @@ the relative squared error ``sum |student - teacher|^2 / sum |teacher|^2`` is pr
 --bucket seconds of stream position, for each --model side by side:
 
     python -m training.join_utterances --manifest data/live/test_unseen_voices.jsonl \\
-        --out data/live-long/test_unseen_voices
+        --out data/live-long/test_unseen_voices.jsonl
     python bench/student_drift.py --model models/default exp/new-bundle \\
         --manifest data/live-long/test_unseen_voices.jsonl
 """

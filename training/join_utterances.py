@@ -92,7 +92,7 @@ def plan_clips(
         pauses: list[float] = []
         target = rng.uniform(min_seconds, max_seconds)
         for entry in group:
-            pause = float(rng.uniform(0.05, max(max_pause, 0.05))) if max_pause else 0.0
+            pause = float(rng.uniform(min(0.05, max_pause), max_pause))
             length = sum(e.duration for e in parts) + sum(pauses)
             if parts and length + entry.duration + pause > max_seconds:
                 clips.append(Clip(voice, tuple(parts), tuple(pauses)))
