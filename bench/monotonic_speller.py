@@ -53,16 +53,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.attention import MonotonicEnergy, soft_monotonic_alignment  # noqa: E402
+from asr.bundle import load_model  # noqa: E402
 from asr.whisper_decoder import WhisperTextDecoder, loop_start  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
-from bench.decoder_ceiling import WhisperDecoder, encoders, wer  # noqa: E402
+from bench.decoder_ceiling import Encode, WhisperDecoder, encoders, wer  # noqa: E402
 from bench.real_speech import DEFAULT_CACHE, WHEEL_CACHE, whisper_ct2_dir  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.manifest import read_manifest  # noqa: E402
 
 STRIDE = 2  # student states (20 ms) per policy state (40 ms)
 STATE_MS = 20 * STRIDE
-CHUNK = 8  # student states per streaming chunk (160 ms): the memory a state's chunk brings
 CUTS_PER_BATCH = 16
 
 
@@ -77,13 +77,31 @@ class Utterance:
 
 
 class Speller:
-    """Whisper's decoder over one utterance's memory, cut where the policy says."""
+    """Whisper's decoder over one utterance's memory, cut where the policy says, at the
+    ends of the student's streaming chunks (``chunk`` states each)."""
 
-    def __init__(self, whisper: WhisperDecoder, silence: np.ndarray) -> None:
+    def __init__(self, whisper: WhisperDecoder, silence: np.ndarray, chunk: int) -> None:
         self.whisper = whisper
         self.decoder = whisper.decoder
         self.silence_states = silence
         self.silence = self.decoder.memory(torch.from_numpy(silence)[None])
+        self.chunk = chunk
+
+    @classmethod
+    def of_bundle(cls, whisper: WhisperDecoder, model: Path) -> tuple[Speller, dict[str, Encode]]:
+        """The speller over a bundle's student, and the bundle's encoders
+        (``decoder_ceiling.encoders``)."""
+        recognizer = load_model(model)
+        encode = encoders(model, recognizer)
+        assert recognizer.frontend is not None
+        silence = encode["teacher"](np.zeros(0, dtype=np.float32))
+        return cls(whisper, silence, recognizer.frontend.cfg.whisper.chunk), encode
+
+    def chunk_ends(self, states: int) -> list[int]:
+        """For each policy state, the student states available once its chunk has arrived."""
+        count = math.ceil(states / STRIDE)
+        step = self.chunk
+        return [min(math.ceil(STRIDE * (j + 1) / step) * step, states) for j in range(count)]
 
     def memory(self, states: np.ndarray) -> list[tuple[Tensor, Tensor]]:
         window = self.silence_states.copy()
@@ -123,12 +141,6 @@ class Speller:
         return int(out[0, -1].argmax())
 
 
-def chunk_ends(states: int) -> list[int]:
-    """For each policy state, the student states available once its chunk has arrived."""
-    count = math.ceil(states / STRIDE)
-    return [min(math.ceil(STRIDE * (j + 1) / CHUNK) * CHUNK, states) for j in range(count)]
-
-
 def per_chunk(ends: list[int], rows: Callable[[list[int]], np.ndarray]) -> np.ndarray:
     """``rows(memory cut at e)`` for each distinct end, spread back over ``ends``: one
     decoder pass per chunk, not per policy state."""
@@ -151,7 +163,7 @@ def prepare(
         tokens = speller.decoder.greedy(memory, speller.whisper.prompt, speller.whisper.end)
         if not tokens or len(tokens) > min(limit_tokens, 3 * len(entry.text.split()) + 10):
             continue
-        ends = [*chunk_ends(len(states)), len(states)]
+        ends = [*speller.chunk_ends(len(states)), len(states)]
         log_p = (
             per_chunk(ends, functools.partial(speller.log_p, memory, tokens))
             if with_p
@@ -219,7 +231,7 @@ def stream(
         keys = policy.keys(torch.from_numpy(utt.states))
         direction, r = policy.energy.direction(), policy.energy.r
         memory = speller.memory(utt.states)
-        ends = chunk_ends(len(utt.states))
+        ends = speller.chunk_ends(len(utt.states))
         count, pointer = keys.shape[0], 0
         tokens: list[int] = []
         at: list[int] = []
@@ -256,7 +268,7 @@ def ready_at(utt: Utterance, speller: Speller, tokens: list[int]) -> list[int]:
     """For each emitted token, the first policy state from whose chunk on Whisper's argmax
     would be that token (given the emitted prefix): when it could have been said."""
     memory = speller.memory(utt.states)
-    ends = chunk_ends(len(utt.states))
+    ends = speller.chunk_ends(len(utt.states))
 
     def argmax(out: Tensor) -> Tensor:
         return out[:, :-1].argmax(-1)  # the token Whisper would say at each place
@@ -288,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     whisper = WhisperDecoder(whisper_ct2_dir(DEFAULT_CACHE, WHEEL_CACHE))
-    encode = encoders(args.model)
-    speller = Speller(whisper, encode["teacher"](np.zeros(0, dtype=np.float32)))
+    speller, encode = Speller.of_bundle(whisper, args.model)
 
     def prepared(manifest: Path, limit: int, with_p: bool) -> list[Utterance]:
         entries = read_manifest(manifest)[0][:limit]

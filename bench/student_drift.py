@@ -22,7 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
 from asr.frontend import Frontend  # noqa: E402
-from asr.whisper_features import SAMPLE_RATE, log_mel  # noqa: E402
+from asr.whisper_features import SAMPLE_RATE  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.manifest import Entry, read_manifest  # noqa: E402
 
@@ -40,14 +39,13 @@ def drift(frontend: Frontend, entries: list[Entry], bucket_s: float) -> list[flo
     position, over every clip that reaches the bucket."""
     if frontend.encoder is None:
         raise ValueError("an fbank model has no Whisper student")
-    teacher = frontend.full_attention()
+    teacher = frontend.teacher_view()
     per_bucket = max(1, int(round(bucket_s / frontend.frame_seconds)))
     error: list[float] = []
     energy: list[float] = []
     for entry in tqdm(entries, unit="clip", file=sys.stderr):
         audio = entry_audio(entry, SAMPLE_RATE)
-        mel = torch.from_numpy(log_mel(audio, frontend.cfg.whisper.floor))
-        target = teacher.encode_whole(mel, None).numpy()
+        target = teacher.compute(audio)
         states = frontend.compute(audio)[: len(target)]
         target = target[: len(states)]
         for k, start in enumerate(range(0, len(states), per_bucket)):

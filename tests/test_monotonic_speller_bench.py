@@ -24,8 +24,8 @@ def parts(whisper_model_file):
     whisper = ceiling.WhisperDecoder(
         ceiling.whisper_ct2_dir(ceiling.DEFAULT_CACHE, ceiling.WHEEL_CACHE)
     )
-    encode = ceiling.encoders(REPO / "models" / "default")
-    speller = speller_bench.Speller(whisper, encode["teacher"](np.zeros(0, dtype=np.float32)))
+    speller, encode = speller_bench.Speller.of_bundle(whisper, REPO / "models" / "default")
+    assert speller.chunk == 8  # the bundle's own chunks, 160 ms
     entries = read_manifest(MANIFEST)[0][:2]
     utterances = speller_bench.prepare(entries, encode["student"], speller)
     policy = speller_bench.Policy(whisper.decoder.embed.weight.detach().clone()).eval()

@@ -90,10 +90,9 @@ def plan_clips(
         group = [by_voice[voice][i] for i in rng.permutation(len(by_voice[voice]))]
         parts: list[Entry] = []
         pauses: list[float] = []
-        target = rng.uniform(min_seconds, max_seconds)
+        length, target = 0.0, rng.uniform(min_seconds, max_seconds)
         for entry in group:
             pause = float(rng.uniform(min(0.05, max_pause), max_pause))
-            length = sum(e.duration for e in parts) + sum(pauses)
             if parts and length + entry.duration + pause > max_seconds:
                 clips.append(Clip(voice, tuple(parts), tuple(pauses)))
                 parts, pauses, length = [], [], 0.0
@@ -102,9 +101,10 @@ def plan_clips(
                 continue  # longer alone than any clip may be
             parts.append(entry)
             pauses.append(pause)
-            if length + entry.duration + pause >= target:
+            length += entry.duration + pause
+            if length >= target:
                 clips.append(Clip(voice, tuple(parts), tuple(pauses)))
-                parts, pauses = [], []
+                parts, pauses, length = [], [], 0.0
                 target = rng.uniform(min_seconds, max_seconds)
         if parts:
             clips.append(Clip(voice, tuple(parts), tuple(pauses)))
