@@ -334,6 +334,37 @@ def test_text_shares_divide_train_audio_time() -> None:
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_exclude_keeps_another_corpus_held_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second corpus (say, many fast voices for the decoder's words) built with --exclude
+    of the first's manifests never speaks the first's held-out or spoken sentences."""
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: PAIRS)
+    first, second = tmp_path / "first", tmp_path / "second"
+    argv = ["--engines", "espeak", "--test-size", "2", "--dev-size", "2"]
+    assert synth_corpus.main(["--out", str(first), "--hours", "0.004", *argv]) == 0
+    manifests = sorted(str(m) for m in first.glob("*.jsonl") if m.name != synth_corpus.JOURNAL)
+    argv = ["--engines", "espeak", "--test-size", "0", "--dev-size", "0", "--hours", "0.01"]
+    assert synth_corpus.main(["--out", str(second), *argv, "--exclude", *manifests]) == 0
+
+    def texts(corpus: Path, split: str) -> set[str]:
+        return {json.loads(line)["text"] for line in (corpus / f"{split}.jsonl").open()}
+
+    taken = set().union(*(texts(first, split) for split in synth_corpus.SPLITS))
+    spoken = texts(second, "train")
+    assert len(taken) >= 6 and spoken, (taken, spoken)
+    assert not spoken & taken
+    assert spoken <= {p.text for p in PAIRS}
+    lm_text = set((second / synth_corpus.LM_TEXT).read_text().splitlines())
+    assert not lm_text & taken
+    assert all(not texts(second, split) for split in synth_corpus.SPLITS[1:])
+
+    every = [str(m) for m in first.glob("*.jsonl")] + [str(second / "train.jsonl")]
+    with pytest.raises(SystemExit, match="no sentences"):
+        synth_corpus.main(["--out", str(tmp_path / "none"), *argv, "--exclude", *every])
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_tiny_everyday_corpus(tmp_path: Path) -> None:
     argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.01", "--text"]
     argv += ["everyday", "--test-size", "6", "--dev-size", "3", "--seed", "5"]

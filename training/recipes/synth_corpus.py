@@ -53,6 +53,7 @@ import soundfile as sf
 import soxr
 from tqdm import tqdm
 
+from training.lm_cli import read_texts
 from training.recipes import augment, kokoro
 from training.recipes.engines import ENGINES, Engine, Params
 from training.recipes.sources import DEFAULT_TEXT, TEXT_SOURCES, Sentence, load_text
@@ -493,6 +494,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--aug-prob", type=float, default=0.8, help="share of train augmented")
     parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
     parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
+    parser.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="MANIFEST",
+        help="never plan a sentence of these manifests: with another corpus's manifests, its "
+        "held-out sentences stay held out and what it speaks is not spoken again",
+    )
     return parser
 
 
@@ -506,6 +515,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no usable sentences in {', '.join(sources)}")
     if args.max_sentences:
         pairs = pairs[: args.max_sentences]
+    if args.exclude:
+        excluded = set(read_texts([Path(m) for m in args.exclude], []))
+        kept = [p for p in pairs if " ".join(p.text.lower().split()) not in excluded]
+        print(f"--exclude: {len(pairs) - len(kept)} sentences of {len(pairs)} dropped", flush=True)
+        pairs = kept
+        if not pairs:
+            raise SystemExit("--exclude left no sentences to speak")
     short_size = args.test_size if SHORT_SOURCE in sources else 0
     rirs = augment.available_rirs()
     plan = plan_corpus(
