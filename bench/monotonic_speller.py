@@ -264,6 +264,40 @@ def stream(
         return tokens, at, count
 
 
+def confident_stream(
+    speller: Speller, utt: Utterance, threshold: float
+) -> tuple[list[int], list[int], int]:
+    """No policy at all: at each chunk's arrival Whisper's decoder says its next tokens
+    for as long as it gives its top choice at least ``threshold`` of probability (and it
+    is not end-of-text); the rest comes from the whole memory when the audio ends. The
+    baseline that tells whether Whisper's own certainty knows *when* a token is ready, the
+    signal the learnt energy lacks. Same return as :func:`stream`."""
+    memory = speller.memory(utt.states)
+    ends = speller.chunk_ends(len(utt.states))
+    firsts = [j for j, end in enumerate(ends) if j == 0 or end != ends[j - 1]]
+    tokens: list[int] = []
+    at: list[int] = []
+    with torch.no_grad():
+        for j in [*firsts, -1]:
+            cut = WhisperTextDecoder.cut(
+                memory, speller.silence, torch.tensor([len(utt.states) if j < 0 else ends[j]])
+            )
+            while len(tokens) < 224:
+                out = speller.decoder(torch.tensor([speller.whisper.prompt + tokens]), cut)
+                log_p, token = out[0, -1].max(-1)
+                if int(token) == speller.whisper.end or (
+                    j >= 0 and float(log_p) < math.log(threshold)
+                ):
+                    break
+                tokens.append(int(token))
+                at.append(j)
+                start = loop_start(tokens)
+                if start is not None:
+                    del tokens[start:], at[start:]
+                    return tokens, at, len(ends)
+    return tokens, at, len(ends)
+
+
 def ready_at(utt: Utterance, speller: Speller, tokens: list[int]) -> list[int]:
     """For each emitted token, the first policy state from whose chunk on Whisper's argmax
     would be that token (given the emitted prefix): when it could have been said."""
@@ -284,7 +318,7 @@ def ready_at(utt: Utterance, speller: Speller, tokens: list[int]) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "default")
-    parser.add_argument("--train", type=Path, required=True)
+    parser.add_argument("--train", type=Path, help="manifest the policy learns from")
     parser.add_argument("--train-limit", type=int, default=600)
     parser.add_argument("--test", type=Path, nargs="+", required=True)
     parser.add_argument("--test-limit", type=int, default=100)
@@ -296,7 +330,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, help="keeps each manifest's prepared utterances for later runs"
     )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        nargs="+",
+        metavar="P",
+        help="no training: stream with Whisper's certainty alone, saying a token once its "
+        "probability reaches P (one row per P)",
+    )
     args = parser.parse_args(argv)
+    if (args.train is None) == (args.confidence is None):
+        parser.error("give --train (learn the policy) or --confidence (no policy)")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     whisper = WhisperDecoder(whisper_ct2_dir(DEFAULT_CACHE, WHEEL_CACHE))
@@ -313,7 +357,48 @@ def main(argv: list[str] | None = None) -> int:
             path.write_bytes(pickle.dumps(prepare(entries, encode["student"], speller, with_p)))
         return pickle.loads(path.read_bytes())
 
-    train = prepared(args.train, args.train_limit, True)
+    first = whisper.prompt[-1]
+    if args.confidence:
+        streams = {
+            f"certainty >= {p:g}": functools.partial(confident_stream, threshold=p)
+            for p in args.confidence
+        }
+    else:
+        policy = train_policy(args, prepared(args.train, args.train_limit, True), whisper)
+        streams = {"policy": lambda speller, utt: stream(policy, speller, utt, first)}
+    print(
+        "| manifest | utterances | streams | Whisper offline | streaming | streamed share "
+        "| lag p50 | lag p95 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for manifest in args.test:
+        test = prepared(manifest, args.test_limit, False)
+        refs = [u.text for u in test]
+        offline = [whisper.tokenizer.decode(u.tokens) for u in test]
+        for name, streamer in streams.items():
+            streamed, lags, early, total = [], [], 0, 0
+            for utt in tqdm(test, unit="utt", file=sys.stderr, desc=name):
+                tokens, at, count = streamer(speller, utt)
+                streamed.append(whisper.tokenizer.decode(tokens))
+                ready = ready_at(utt, speller, tokens)
+                for emitted, could in zip(at, ready):
+                    total += 1
+                    if emitted >= 0:
+                        early += 1
+                    lags.append(((emitted if emitted >= 0 else count) - could) * STATE_MS)
+            print(
+                f"| {manifest} | {len(test)} | {name} | {100 * wer(refs, offline):.2f}% "
+                f"| {100 * wer(refs, streamed):.2f}% | {100 * early / max(total, 1):.1f}% "
+                f"| {np.percentile(lags, 50):.0f} ms | {np.percentile(lags, 95):.0f} ms |",
+                flush=True,
+            )
+    return 0
+
+
+def train_policy(
+    args: argparse.Namespace, train: list[Utterance], whisper: WhisperDecoder
+) -> Policy:
+    """The soft monotonic policy, learnt for ``args.minutes`` on ``train``."""
     policy = Policy(whisper.decoder.embed.weight.detach().clone())
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimiser = torch.optim.Adam(trainable, lr=1e-3)
@@ -334,31 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step}: loss {np.mean(recent):.3f}", file=sys.stderr, flush=True)
     policy.eval()
     print(f"trained {step} steps on {len(train)} utterances ({args.minutes} min)")
-    print(
-        "| manifest | utterances | Whisper offline | streaming | streamed share | lag p50 | lag p95 |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for manifest in args.test:
-        test = prepared(manifest, args.test_limit, False)
-        refs = [u.text for u in test]
-        offline, streamed, lags, early, total = [], [], [], 0, 0
-        for utt in tqdm(test, unit="utt", file=sys.stderr, desc="streaming"):
-            tokens, at, count = stream(policy, speller, utt, first)
-            offline.append(whisper.tokenizer.decode(utt.tokens))
-            streamed.append(whisper.tokenizer.decode(tokens))
-            ready = ready_at(utt, speller, tokens)
-            for emitted, could in zip(at, ready):
-                total += 1
-                if emitted >= 0:
-                    early += 1
-                lags.append(((emitted if emitted >= 0 else count) - could) * STATE_MS)
-        print(
-            f"| {manifest} | {len(test)} | {100 * wer(refs, offline):.2f}% | {100 * wer(refs, streamed):.2f}% | "
-            f"{100 * early / max(total, 1):.1f}% | {np.percentile(lags, 50):.0f} ms | "
-            f"{np.percentile(lags, 95):.0f} ms |",
-            flush=True,
-        )
-    return 0
+    return policy
 
 
 if __name__ == "__main__":
