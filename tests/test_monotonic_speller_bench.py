@@ -64,3 +64,22 @@ def test_always_firing_says_each_token_once_whisper_would_say_anything(parts) ->
         emitted = [a for a in at if a >= 0]
         assert emitted and emitted == sorted(emitted)  # the pointer only moves forward
         assert emitted[0] < count // 2  # the first word comes long before the end
+
+
+def test_certainty_policy_spans_offline_to_eager(parts) -> None:
+    """Certainty that can never be reached says everything at the end, as offline; any
+    certainty at all says each token at the first chunk whose top choice it is, in order,
+    and those tokens are Whisper's own picks under that chunk's cut."""
+    whisper, speller, utterances, _ = parts
+    for utt in utterances:
+        tokens, at, count = speller_bench.confident_stream(speller, utt, threshold=1.5)
+        assert tokens == utt.tokens and at == [-1] * len(tokens)
+
+        tokens, at, count = speller_bench.confident_stream(speller, utt, threshold=1e-9)
+        emitted = [a for a in at if a >= 0]
+        assert emitted and emitted == sorted(emitted) and emitted[0] < count // 2
+        ends = speller.chunk_ends(len(utt.states))
+        memory = speller.memory(utt.states)
+        for i, j in enumerate(at):
+            if j >= 0:
+                assert speller.next_token(memory, tokens[:i], ends[j]) == tokens[i]
