@@ -362,6 +362,8 @@ def test_exclude_keeps_another_corpus_held_out(
     every = [str(m) for m in first.glob("*.jsonl")] + [str(second / "train.jsonl")]
     with pytest.raises(SystemExit, match="no sentences"):
         synth_corpus.main(["--out", str(tmp_path / "none"), *argv, "--exclude", *every])
+    with pytest.raises(SystemExit, match="no such manifest: .*missing.jsonl"):
+        synth_corpus.main(["--out", str(tmp_path / "none"), *argv, "--exclude", "missing.jsonl"])
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")

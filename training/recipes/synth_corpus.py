@@ -20,6 +20,9 @@ source gives each that share of the train audio time; without shares, train draw
 sentences alike. With everyday text, DIR/test_short.jsonl holds --test-size short everyday
 utterances (1-3 words; seen voices, clean) whose transcripts never occur in train; the
 other splits then hold only the longer sentences, and the short ones not held out are train.
+--exclude MANIFEST... drops every sentence of those manifests before planning: a second
+corpus made with another's manifests (and --test-size 0 --dev-size 0) never speaks that
+corpus's held-out sentences nor what it already speaks.
 
 The plan (who says what, with which prosody and augmentation) is a pure function of the
 seed, the text sources, the engines and the hours, and utterance ids hash their content,
@@ -507,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    missing = [m for m in args.exclude if not Path(m).is_file()]
+    if missing:  # before anything is installed or planned
+        raise SystemExit(f"--exclude: no such manifest: {', '.join(missing)}")
     weights = parse_engines(args.engines)
     sources, shares = parse_text(args.text)
     voices = check_setup(weights, args.install, text=sources)
