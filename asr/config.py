@@ -254,6 +254,9 @@ class DistillConfig:
     # share of utterances given a random position phase, so the student learns the wrap of
     # Whisper's 30 s position table that long streams go through
     position_offset_share: float = 0.5
+    # the student's forward under bfloat16 autocast; weights, the loss and validation stay
+    # float32 (bench/distill_precision.py: 0.4-0.5 of float32's step time here, same distance)
+    precision: Literal["float32", "bfloat16"] = "float32"
     seed: int = 0
     threads: int = 0
     log_every: int = 10

@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from asr.cli import main
 from asr.whisper_encoder import WhisperDims, WhisperEncoder, load_encoder
-from tests.conftest import speech_files
+from tests.conftest import load_bench, speech_files
 from training.distill import save_encoder
 
 DIMS = WhisperDims(n_mels=80, d_model=32, n_heads=4, n_layers=2, n_ctx=1500)
@@ -103,12 +103,25 @@ def test_low_rank_adapters_train_only_the_adapters(setup: Path) -> None:
     assert not torch.equal(student.layers[1].fc2.weight, teacher.layers[1].fc2.weight)  # merged
 
 
+def test_bfloat16_autocast_learns_as_float32_does(setup: Path) -> None:
+    full = _distill(setup, setup / "f32", "distill.max_steps=20")
+    half = _distill(setup, setup / "bf16", "distill.max_steps=20", "distill.precision=bfloat16")
+    assert half[0]["rel_mse"] == full[0]["rel_mse"]  # validation runs in float32
+    assert half[-1]["rel_mse"] < 0.8 * half[0]["rel_mse"]
+    assert half[-1]["rel_mse"] == pytest.approx(full[-1]["rel_mse"], rel=0.05)
+    ours = load_encoder(setup / "bf16" / "student").layers[0].qkv.weight
+    theirs = load_encoder(setup / "f32" / "student").layers[0].qkv.weight
+    assert not torch.equal(ours, theirs)  # the steps really ran under autocast
+
+
 def test_bad_settings_fail_before_any_work(
     setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["distill", "--config", str(setup / "config.yaml"), "--out", str(tmp_path)]
     assert main([*base, "distill.valid_manifest=nowhere.jsonl"]) == 2
     assert "manifest nowhere.jsonl does not exist" in capsys.readouterr().err
+    assert main([*base, "distill.precision=float16"]) == 2
+    assert "float16" in capsys.readouterr().err
     assert main([*base, "model.whisper.chunk=0"]) == 2
     assert "need chunk >= 1" in capsys.readouterr().err
     assert main([*base, "distill.init=nowhere"]) == 2
@@ -116,3 +129,22 @@ def test_bad_settings_fail_before_any_work(
     assert main([*base, "--resume"]) == 2
     assert "last.pt does not exist" in capsys.readouterr().err
     assert not (tmp_path / "config.json").exists()
+
+
+def test_precision_bench_runs_both_from_the_same_start(
+    setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = load_bench("distill_precision")
+    figures = tmp_path / "figures.json"
+    config = ["--config", str(setup / "config.yaml"), "--out", str(tmp_path / "runs")]
+    assert bench.main([*config, "--steps", "3", "--json", str(figures)]) == 0
+    runs = json.loads(figures.read_text())["runs"]
+    assert list(runs) == ["float32", "bfloat16"]
+    assert runs["float32"]["start"] == runs["bfloat16"]["start"]
+    assert all(run["steps"] == 3 and run["step_s"] > 0 for run in runs.values())
+    assert runs["float32"]["end"] != runs["bfloat16"]["end"]
+    table = capsys.readouterr().out
+    assert "| bfloat16 | 3 |" in table and "bfloat16 / float32 step time:" in table
+    with pytest.raises(SystemExit) as stop:
+        bench.main([*config, "--steps", "0"])
+    assert stop.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err

@@ -361,8 +361,9 @@ class Distiller:
         )
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr * factor
-        states, _ = self.student(mel, lengths, self.streaming, offsets)
-        error, energy, _ = distance(states, teacher, lengths, self.cfg.delay)
+        with torch.autocast("cpu", torch.bfloat16, enabled=self.cfg.precision == "bfloat16"):
+            states, _ = self.student(mel, lengths, self.streaming, offsets)
+        error, energy, _ = distance(states.float(), teacher, lengths, self.cfg.delay)
         loss = error / energy
         value = float(loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
