@@ -411,6 +411,15 @@ def test_a_whisper_run_pair_is_published_and_cached(
         expected += [rate(cell["streaming"], "cer"), rate(cell["two_pass"]), rate(cell["softmax"])]
         expected += [f"{gap:+.2f}", rate(cell["fused"]), rate(cell["two_pass_fused"])]
         assert row(expected) in card
+    # where the errors fall, per band of how often a word was heard in training
+    for split in splits[:3]:
+        bands = [columns[name][split]["by_train_frequency"] for name in ("streaming", "two_pass")]
+        bands.append(columns["softmax"][split]["by_train_frequency"])
+        assert len(bands[0]) == 5
+        for band, two_pass, soft in zip(*bands, strict=True):
+            cells = [f"{100 * b['rate']:.1f}%" for b in (band, two_pass, soft)]
+            assert row([TITLES[split], band["band"], f"{100 * band['share']:.1f}%", *cells]) in card
+    assert "| real human speech" not in card.split("times in training")[1].split("\n\n")[0]
     # the bundle serves its LM: greedy partials, finals with the beam and the weight best on dev
     dev = fusion["dev"]
     assert list(dev) == [f"{w:g}" for w in whisper_card.LM_WEIGHTS]

@@ -60,6 +60,7 @@ TITLES = {
 WER_GOALS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.15, "test_short": 0.15}
 GAP_GOAL_POINTS = 1.5  # monotonic - softmax, WER points
 REAL_GOALS = {"streaming": 0.20, "two_pass": 0.12}
+FREQUENCY_COLUMNS = ("streaming", "two_pass", "softmax")  # the card's word-frequency table
 RTF_GOAL = 0.1
 LATENCY_GOAL_MS = 400.0  # p95 of final latency under load, and of word latency
 SIZE_GOAL_MB = 120.0
@@ -546,6 +547,24 @@ def results_rows(metrics: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def frequency_rows(metrics: dict[str, Any]) -> str:
+    """Per synthetic split and band of how often a reference word occurs in the training
+    transcripts (``asr eval --train-manifest``): the band's share of the words and the share
+    of them substituted or deleted, streaming, with two-pass finals and by the baseline."""
+    columns = columns_of(metrics)
+    rows = []
+    for split in metrics["splits"]:
+        if split == REAL:
+            continue
+        bands = [columns[name][split]["by_train_frequency"] for name in FREQUENCY_COLUMNS]
+        for band, *rates in zip(*bands, strict=True):
+            cells = " | ".join(f"{100 * b['rate']:.1f}%" for b in (band, *rates))
+            rows.append(
+                f"| {TITLES[split]} | {band['band']} | {100 * band['share']:.1f}% | {cells} |"
+            )
+    return "\n".join(rows)
+
+
 def goal_rows(goals: list[dict[str, Any]]) -> str:
     marks = {True: "met", False: "**not met**", None: "not measured"}  # bold: what is missed
     return "\n".join(f"| {g['goal']} | {g['figure']} | {marks[g['met']]} |" for g in goals)
@@ -819,6 +838,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         status=goal_status(metrics["goals"]),
         goals=goal_rows(metrics["goals"]),
         rows=results_rows(metrics),
+        frequency=frequency_rows(metrics),
         first_gen=(
             f"First generation: `{first['path']}`, the fbank model this one replaces (the "
             "same splits, greedy)."
@@ -877,6 +897,15 @@ Finals by default: {finals} (`--two-pass` / `--no-two-pass` choose per command o
 {first_gen}
 
 {fusion}
+
+Where the errors fall: each reference word by how often it occurs in the training
+transcripts, with the share of such words substituted or deleted (greedy, as above; `asr
+eval --train-manifest`). A decoder that learnt its words from these transcripts alone
+spells the ones it rarely heard by their sound.
+
+| held-out split | times in training | share of words | streaming | two-pass finals | softmax baseline |
+|---|---|---|---|---|---|
+{frequency}
 
 Streaming: this bundle's streaming pass alone, greedy (the search its partials come from).
 Two-pass finals: the same, each final decoded again from the full-attention teacher's
