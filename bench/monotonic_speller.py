@@ -29,6 +29,9 @@ emitted each one was emitted (median and p95, in ms).
 
     python bench/monotonic_speller.py --train data/live/train.jsonl --train-limit 600 \\
         --test data/live/test_seen_voices.jsonl --test-limit 100 --minutes 10
+
+With ``--confidence P ...`` instead of ``--train`` nothing is learnt: Whisper's certainty
+alone decides when (:func:`confident_stream`), the baseline a learnt policy must beat.
 """
 
 from __future__ import annotations
