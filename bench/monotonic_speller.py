@@ -138,10 +138,14 @@ class Speller:
         return self.read(memory, tokens, ends, target_log_p)
 
     @torch.no_grad()
-    def next_token(self, memory, tokens: list[int], end: int) -> int:
+    def next_log_p(self, memory, tokens: list[int], end: int) -> Tensor:
+        """Whisper's log-probabilities [vocab] of the token after ``tokens``, the memory cut
+        at ``end``."""
         cut = WhisperTextDecoder.cut(memory, self.silence, torch.tensor([end]))
-        out = self.decoder(torch.tensor([self.whisper.prompt + tokens]), cut)
-        return int(out[0, -1].argmax())
+        return self.decoder(torch.tensor([self.whisper.prompt + tokens]), cut)[0, -1]
+
+    def next_token(self, memory, tokens: list[int], end: int) -> int:
+        return int(self.next_log_p(memory, tokens, end).argmax())
 
 
 def per_chunk(ends: list[int], rows: Callable[[list[int]], np.ndarray]) -> np.ndarray:
@@ -280,24 +284,18 @@ def confident_stream(
     firsts = [j for j, end in enumerate(ends) if j == 0 or end != ends[j - 1]]
     tokens: list[int] = []
     at: list[int] = []
-    with torch.no_grad():
-        for j in [*firsts, -1]:
-            cut = WhisperTextDecoder.cut(
-                memory, speller.silence, torch.tensor([len(utt.states) if j < 0 else ends[j]])
-            )
-            while len(tokens) < 224:
-                out = speller.decoder(torch.tensor([speller.whisper.prompt + tokens]), cut)
-                log_p, token = out[0, -1].max(-1)
-                if int(token) == speller.whisper.end or (
-                    j >= 0 and float(log_p) < math.log(threshold)
-                ):
-                    break
-                tokens.append(int(token))
-                at.append(j)
-                start = loop_start(tokens)
-                if start is not None:
-                    del tokens[start:], at[start:]
-                    return tokens, at, len(ends)
+    for j in [*firsts, -1]:
+        end = len(utt.states) if j < 0 else ends[j]
+        while len(tokens) < 224:
+            log_p, token = speller.next_log_p(memory, tokens, end).max(-1)
+            if int(token) == speller.whisper.end or (j >= 0 and float(log_p) < math.log(threshold)):
+                break
+            tokens.append(int(token))
+            at.append(j)
+            start = loop_start(tokens)
+            if start is not None:
+                del tokens[start:], at[start:]
+                return tokens, at, len(ends)
     return tokens, at, len(ends)
 
 
