@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help=f"output file (default: MODEL/{LM_FILE})")
 
 
+def sentence_key(text: str) -> str:
+    """A sentence as read_texts compares it: lower-cased, with single spaces."""
+    return " ".join(text.lower().split())
+
+
 def read_texts(manifests: list[Path], texts: list[Path]) -> list[str]:
     """Sentences of the manifests and text files, in order, lower-cased with single spaces;
     blank lines skipped."""
@@ -57,7 +62,7 @@ def read_texts(manifests: list[Path], texts: list[Path]) -> list[str]:
         except UnicodeDecodeError as err:
             raise ValueError(f"{path}: not UTF-8 text ({err})") from None
         sentences += [line for line in lines if line.strip()]
-    return [" ".join(s.lower().split()) for s in sentences]
+    return [sentence_key(s) for s in sentences]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ import soundfile as sf
 import soxr
 from tqdm import tqdm
 
-from training.lm_cli import read_texts
+from training.lm_cli import read_texts, sentence_key
 from training.recipes import augment, kokoro
 from training.recipes.engines import ENGINES, Engine, Params
 from training.recipes.sources import DEFAULT_TEXT, TEXT_SOURCES, Sentence, load_text
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = pairs[: args.max_sentences]
     if args.exclude:
         excluded = set(read_texts([Path(m) for m in args.exclude], []))
-        kept = [p for p in pairs if " ".join(p.text.lower().split()) not in excluded]
+        kept = [p for p in pairs if sentence_key(p.text) not in excluded]
         print(f"--exclude: {len(pairs) - len(kept)} sentences of {len(pairs)} dropped", flush=True)
         pairs = kept
         if not pairs:
