@@ -3,9 +3,9 @@
 Both runs are ``asr distill`` itself (``training.distill.Distiller``) from the same starting
 student over the same batches in the same order for ``--steps`` steps, one after the
 other in this process; each is then measured on the same held-out audio in float32 (the
-validation never runs under autocast). It prints the median of the per-step times (from
-each run's log of step times), the held-out relative squared error before and after, and
-the ratio of the step times.
+validation never runs under autocast). It prints the median wall time of a step (each
+step timed around ``Distiller._step``), the held-out relative squared error before and
+after, and the ratio of the step times.
 
     python bench/distill_precision.py --steps 40 distill.init=models/default/whisper_encoder.safetensors \\
         "distill.train_manifests=[data/live/train_long.jsonl]" distill.valid_manifest=data/live/dev_long.jsonl \\
