@@ -216,8 +216,9 @@ class TrainConfig:
     # know what two-pass finals feed them; validation reads the student's. 0: student only.
     teacher_share: float = 0.0
     # a model bundle to start from: its weights, tokenizer and CMVN (its model settings must
-    # be these), so training goes on from a published model, e.g. after the machine and the
-    # checkpoints that trained it are gone; empty: random weights
+    # be these, or narrower: its model is then widened to these, training.widen), so training
+    # goes on from a published model, e.g. after the machine and the checkpoints that trained
+    # it are gone; empty: random weights
     init: str = ""
 
     def __post_init__(self) -> None:

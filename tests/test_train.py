@@ -247,7 +247,8 @@ def test_lr_factor_follows_the_further_of_steps_and_time() -> None:
 
 def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None:
     """train.init: the bundle's weights, tokenizer and CMVN start the run (a learning rate
-    of 1e-12 leaves them as they were after a step); settings that do not fit are refused."""
+    of 1e-12 leaves them as they were after a step); wider layers start from the bundle's
+    model widened; settings that widening cannot reach are refused."""
     manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=4)
     first = tmp_path / "first"
     run_training(train_command(first, manifest, "train.max_steps=1"))
@@ -262,14 +263,24 @@ def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None
         assert torch.allclose(weights[name], value, atol=1e-6), name
     for name in ("tokens.txt", "cmvn.json"):
         assert (more / "bundle" / name).read_bytes() == (bundle / name).read_bytes()
+    # wider layers: the bundle's model widened (training.widen), its weights in place
+    wider = tmp_path / "wider"
+    result = run_training(train_command(wider, manifest, *overrides, "model.decoder.units=160"))
+    assert "widened" in result.stdout
+    grown = final_weights(wider)["decoder.cells.0.weight_hh"]
+    old = start.model.state_dict()["decoder.cells.0.weight_hh"]
+    assert grown.shape == (4 * 160, 160)
+    assert torch.allclose(grown[:128, :128], old[:128], atol=1e-6)
+    assert float(grown[:128, 128:].abs().max()) < 1e-6
     refused = subprocess.run(
-        train_command(tmp_path / "wider", manifest, *overrides, "model.decoder.units=64"),
+        train_command(tmp_path / "deeper", manifest, *overrides, "model.decoder.layers=2"),
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert refused.returncode != 0 and "do not fit this run's model settings" in refused.stderr
+    assert "model.decoder.layers differs" in refused.stderr
 
 
 def test_unknown_config_key_fails_before_any_work(

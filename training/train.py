@@ -4,7 +4,8 @@ Features are computed once and cached (train.feature_cache, or under the output
 directory; training.cache_frames fills a shared cache ahead); CMVN comes
 from the training features; the tokenizer is train.tokenizer, or trained from
 the training texts when that is empty. With train.init a model bundle gives the
-starting weights, the tokenizer and the CMVN instead. Checkpoints (output/last.pt, best.pt)
+starting weights (widened when the run's layers are wider: training.widen), the tokenizer
+and the CMVN instead. Checkpoints (output/last.pt, best.pt)
 hold everything needed to continue exactly where a killed run stopped; model
 bundles are written to output/bundle (final) and output/best_bundle.
 
@@ -13,6 +14,8 @@ Examples:
       train.valid_manifest=data/dev.jsonl --out exp/default
   asr train --config exp/default/config.yaml --out exp/default --resume
   asr train --config training/configs/whisper.yaml train.init=models/default ... --out exp/more
+  asr train --config training/configs/whisper.yaml train.init=models/default \\
+      model.encoder.units=512 model.decoder.units=512 ... --out exp/wider
   torchrun --standalone --nproc_per_node 2 -m asr.cli train --config CONFIG.yaml --out exp/ddp
   tensorboard --logdir exp/default/tensorboard
 """
@@ -65,6 +68,7 @@ from training.dataset import (
     utterance_at,
 )
 from training.manifest import Entry, read_manifest
+from training.widen import widened_state
 
 TOKENIZER_SUFFIX = {"sentencepiece": ".model", "symbols": ".txt"}
 
@@ -376,15 +380,21 @@ class Trainer:
         )
 
     def _start_from(self, bundle: Path) -> None:
-        """train.init: the bundle's weights (its model settings must be this run's)."""
+        """train.init: the bundle's weights; where this run's model is wider (more units,
+        a wider embedding or attention), the bundle's model widened to it (training.widen)."""
         start = load_model(bundle)
         try:
             self.model.load_state_dict(start.model.state_dict())
         except RuntimeError as err:
-            raise ValueError(
-                f"train.init: {bundle}'s weights do not fit this run's model settings "
-                f"({str(err).splitlines()[0]})"
-            ) from None
+            try:
+                self.model.load_state_dict(widened_state(start.model, self.model))
+            except ValueError as why:
+                raise ValueError(
+                    f"train.init: {bundle}'s weights do not fit this run's model settings "
+                    f"({str(err).splitlines()[0]}), nor widen to them: {why}"
+                ) from None
+            before = start.model.num_parameters() / 1e6
+            self.log(f"train.init: {bundle}'s model ({before:.2f}M parameters) widened")
         self.log(f"starting from {bundle}'s weights, tokenizer and CMVN")
 
     def _order(self, epoch: int) -> list[list[int]]:
