@@ -164,10 +164,9 @@ def _place(old: Tensor, new: Tensor, outputs: Segments, inputs: Segments | None)
     """``new`` with ``old`` in its old rows (and columns); old rows read nothing new."""
     if inputs is not None and old.dim() == 1:  # a vector read by one output: a row
         return _place(old[None], new[None], outputs, inputs)[0]
-    shape = (sum(o for o, _ in outputs),) + (() if inputs is None else (sum(o for o, _ in inputs),))
-    wide_shape = (sum(n for _, n in outputs),) + (
-        () if inputs is None else (sum(n for _, n in inputs),)
-    )
+    axes = [outputs] if inputs is None else [outputs, inputs]
+    shape = tuple(sum(o for o, _ in axis) for axis in axes)
+    wide_shape = tuple(sum(n for _, n in axis) for axis in axes)
     if tuple(old.shape) != shape or tuple(new.shape) != wide_shape:
         raise ValueError(
             f"a weight of shape {tuple(old.shape)} cannot become {tuple(new.shape)} by widening"
