@@ -229,11 +229,12 @@ def test_a_time_budget_ends_the_schedule_and_holds_across_resumes(
     assert (out / "best.pt").is_file() and (out / "best_bundle" / "model.safetensors").is_file()
     assert "training time: 0.1 min" in (out / "bundle" / "README.md").read_text()
 
-    # The budget is spent: a resumed run takes one more step at most.
+    # The budget is spent: a resumed run takes no further step and rewrites the same bundle.
+    weights = (out / "bundle" / "model.safetensors").read_bytes()
     run_training(train_command(out, manifest, *budget) + ["--resume"])
     resumed = torch.load(out / "last.pt", weights_only=False)["position"]
-    assert position["step"] <= resumed["step"] <= position["step"] + 1
-    assert resumed["seconds"] >= position["seconds"]
+    assert resumed["step"] == position["step"] and resumed["seconds"] >= position["seconds"]
+    assert (out / "bundle" / "model.safetensors").read_bytes() == weights
 
 
 def test_lr_factor_follows_the_further_of_steps_and_time() -> None:

@@ -462,7 +462,7 @@ class Trainer:
             )
         self._clock_origin = time.monotonic() - pos.seconds
         self._tick(pos)
-        stop = False
+        stop = self._budget_spent(pos)  # a finished run, resumed, takes no further step
         while pos.epoch < self.cfg.epochs and not stop:
             if pos.order is None:
                 pos.order = self._order(pos.epoch)
@@ -492,6 +492,12 @@ class Trainer:
         pos.seconds = time.monotonic() - self._clock_origin
         if self.cfg.lr_schedule == "minutes":
             self._time_progress = pos.seconds / (60 * self.cfg.max_minutes)
+
+    def _budget_spent(self, pos: Position) -> bool:
+        """Whether train.max_steps or train.max_minutes is reached at ``pos``."""
+        return bool(self.cfg.max_steps and pos.step >= self.cfg.max_steps) or bool(
+            self.cfg.max_minutes and pos.seconds >= 60 * self.cfg.max_minutes
+        )
 
     def _run_epoch(self, pos: Position, writer: SummaryWriter | None) -> bool:
         """Run the rest of the current epoch; True when a step or time limit was reached."""
@@ -525,10 +531,7 @@ class Trainer:
             pos.batch += 1
             pos.step += 1
             self._tick(pos)
-            limit = (self.cfg.max_steps and pos.step >= self.cfg.max_steps) or (
-                self.cfg.max_minutes and pos.seconds >= 60 * self.cfg.max_minutes
-            )
-            stats["stop"] = float(bool(limit))
+            stats["stop"] = float(self._budget_spent(pos))
             totals = self.ddp.all_sum(torch.tensor(list(stats.values()), dtype=torch.float64))
             stats = dict(zip(stats, totals.tolist()))
             seconds = sum(u.frames for u in self._utterances(global_batch)) * self.frame_seconds
