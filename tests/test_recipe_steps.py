@@ -67,7 +67,7 @@ def test_a_finished_distillation_is_not_run_again(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "skipped", done.stderr
 
 
-def test_init_starts_the_monotonic_run_from_a_bundle_and_the_baseline_from_scratch(
+def test_init_starts_the_monotonic_run_from_a_bundle_at_init_lr_and_the_baseline_from_scratch(
     tmp_path: Path,
 ) -> None:
     stub = tmp_path / "bin"
@@ -75,13 +75,20 @@ def test_init_starts_the_monotonic_run_from_a_bundle_and_the_baseline_from_scrat
     (stub / "asr").write_text('#!/bin/bash\necho "$@"\n')  # prints what it was asked to do
     (stub / "asr").chmod(0o755)
     path = f"PATH={stub}:/usr/bin:/bin"
-    for init, expected in (("", []), ("models/default", ["train.init=models/default"])):
-        exp = tmp_path / f"exp{len(init)}"
+    cases = (
+        ("", "", []),
+        ("models/default", "", ["train.init=models/default"]),
+        ("models/default", "0.0005", ["train.init=models/default", "train.lr=0.0005"]),
+    )
+    for number, (init, lr, expected) in enumerate(cases):
+        exp = tmp_path / f"exp{number}"
         exp.mkdir()
-        done = bash(f"{path} INIT={init} train_side_by_side {exp} c.yaml a=1", tmp_path)
+        done = bash(
+            f"{path} INIT={init} INIT_LR={lr} train_side_by_side {exp} c.yaml a=1", tmp_path
+        )
         assert done.returncode == 0, done.stderr
         monotonic = (exp / "monotonic.log").read_text().split()
         softmax = (exp / "softmax.log").read_text().split()
-        assert [w for w in monotonic if w.startswith("train.init")] == expected
-        assert not [w for w in softmax if w.startswith("train.init")]
+        assert [w for w in monotonic if w.startswith(("train.init", "train.lr"))] == expected
+        assert not [w for w in softmax if w.startswith(("train.init", "train.lr"))]
         assert "a=1" in monotonic and "model.attention.kind=softmax" in softmax

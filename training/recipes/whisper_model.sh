@@ -14,6 +14,8 @@
 #   INIT=BUNDLE  go on from a published bundle (e.g. models/default) when the runs that made
 #                it are gone: its student encoder starts the distillation (distill.init), and
 #                its weights, tokenizer and CMVN the monotonic model (train.init)
+#   INIT_LR=LR   the monotonic model's learning rate when it goes on from INIT (default 0.0005;
+#                a restart at the config's 0.003 undoes more than the run then learns)
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
@@ -32,7 +34,7 @@ if [ -n "$INIT" ]; then
   INIT=$EXP/init
   START=(distill.init="$INIT/whisper_encoder.safetensors")
 fi
-export INIT
+export INIT INIT_LR=${INIT_LR:-0.0005}
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 
