@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import soundfile
 import torch
+from safetensors.torch import load_file
 
 from asr.bundle import load_model
 from asr.cli import main
@@ -230,11 +231,40 @@ def test_a_time_budget_ends_the_schedule_and_holds_across_resumes(
     assert "training time: 0.1 min" in (out / "bundle" / "README.md").read_text()
 
     # The budget is spent: a resumed run takes no further step and rewrites the same bundle.
-    weights = (out / "bundle" / "model.safetensors").read_bytes()
+    weights = load_file(out / "bundle" / "model.safetensors")
     run_training(train_command(out, manifest, *budget) + ["--resume"])
     resumed = torch.load(out / "last.pt", weights_only=False)["position"]
     assert resumed["step"] == position["step"] and resumed["seconds"] >= position["seconds"]
-    assert (out / "bundle" / "model.safetensors").read_bytes() == weights
+    again = load_file(out / "bundle" / "model.safetensors")
+    assert again.keys() == weights.keys()
+    assert all(torch.equal(again[name], value) for name, value in weights.items())
+
+
+def test_a_run_killed_before_its_final_validation_resumes_to_validate_only(
+    tmp_path: Path, speech_dir: Path
+) -> None:
+    """A kill between the budget's last step (its checkpoint) and the final validation: the
+    resumed run validates those weights and takes no further step."""
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=8)
+    settings = [
+        f"train.valid_manifest={manifest}",
+        "train.max_steps=2",
+        "train.max_batch_seconds=6",
+    ]
+    out = tmp_path / "exp"
+    run_training(train_command(out, manifest, *settings))
+    state = torch.load(out / "last.pt", weights_only=False)
+    position = state["position"]
+    assert position["step"] == 2 and position["batch"] < len(position["order"])  # mid-epoch
+    assert position["history"][-1]["step"] == 2
+    position["history"].pop()  # as the checkpoint of step 2 left it
+    torch.save(state, out / "last.pt")
+    result = run_training(train_command(out, manifest, *settings) + ["--resume"])
+    assert "final validation" in result.stdout and "stopping at step" not in result.stdout
+    resumed = torch.load(out / "last.pt", weights_only=False)
+    assert resumed["position"]["step"] == 2 and resumed["position"]["history"][-1]["step"] == 2
+    for name, value in state["model"].items():
+        assert torch.equal(resumed["model"][name], value), name
 
 
 def test_lr_factor_follows_the_further_of_steps_and_time() -> None:

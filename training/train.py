@@ -462,7 +462,11 @@ class Trainer:
             )
         self._clock_origin = time.monotonic() - pos.seconds
         self._tick(pos)
-        stop = self._budget_spent(pos)  # a finished run, resumed, takes no further step
+        # A run resumed with its budget spent takes no further step: it only finishes what a
+        # kill after its last step may have left undone.
+        stop = self._budget_spent(pos)
+        if stop:
+            self._close_out(pos, writer)
         while pos.epoch < self.cfg.epochs and not stop:
             if pos.order is None:
                 pos.order = self._order(pos.epoch)
@@ -470,11 +474,7 @@ class Trainer:
             if pos.batch >= len(pos.order):
                 self._end_epoch(pos, writer)
             elif stop:
-                # Stopped mid-epoch (a time or step budget): validate once more, so the final
-                # card has a WER and the last weights can become the best ones.
-                self._validate_and_keep(pos, writer, "final validation")
-                self._tick(pos)
-                self.save_checkpoint("last.pt", pos)  # with that validation in its history
+                self._close_out(pos, writer)
         if self.ddp.main:
             self._write_bundle(self.out / "bundle", pos)
             self.log(f"final bundle: {self.out / 'bundle'}")
@@ -603,6 +603,17 @@ class Trainer:
         return stats
 
     # -- validation and outputs -------------------------------------------------------
+    def _close_out(self, pos: Position, writer: SummaryWriter | None) -> None:
+        """After the budget's last step: the epoch's own validation when the step ended it,
+        else (stopped mid-epoch) one more validation, so the final card has a WER and the
+        last weights can become the best ones; nothing when the step is validated already."""
+        if pos.order is not None and pos.batch >= len(pos.order):
+            self._end_epoch(pos, writer)
+        elif not pos.history or pos.history[-1]["step"] != pos.step:
+            self._validate_and_keep(pos, writer, "final validation")
+            self._tick(pos)
+            self.save_checkpoint("last.pt", pos)  # with that validation in its history
+
     def _end_epoch(self, pos: Position, writer: SummaryWriter | None) -> None:
         self._validate_and_keep(pos, writer, f"epoch {pos.epoch + 1}")
         pos.epoch += 1
