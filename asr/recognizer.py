@@ -117,16 +117,20 @@ class Recognizer:
         return plain_text(self.transcribe_segments(samples, sample_rate))
 
 
-def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight and --two-pass, the search settings a command may override
-    (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass)``)."""
-    parser.add_argument(
-        "--beam", type=int, help="beam size (default: the bundle's decode.beam_size)"
-    )
+    (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass)``); ``greedy``: a
+    command that searches greedily unless told otherwise (beam 1, LM weight 0), not as the
+    bundle serves."""
+    if greedy:
+        parser.set_defaults(beam=1, lm_weight=0.0)
+    serves = "1, greedy" if greedy else "the bundle's decode.beam_size"
+    fuses = "0" if greedy else "the bundle's decode.lm_weight"
+    parser.add_argument("--beam", type=int, help=f"beam size (default: {serves})")
     parser.add_argument(
         "--lm-weight",
         type=float,
-        help="shallow fusion with the bundle's lm.npz (default: the bundle's decode.lm_weight)",
+        help=f"shallow fusion with the bundle's lm.npz (default: {fuses})",
     )
     parser.add_argument(
         "--two-pass",

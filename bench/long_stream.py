@@ -114,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=0, help="first N sentences (0: all)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
-    add_search_arguments(parser)
+    add_search_arguments(parser, greedy=True)
     args = parser.parse_args(argv)
     if args.sentences < 2:
         parser.error(f"--sentences must be at least 2, got {args.sentences}")
@@ -138,11 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     recognizer = load_model(args.model)
-    recognizer.set_search(
-        1 if args.beam is None else args.beam,
-        0.0 if args.lm_weight is None else args.lm_weight,
-        args.two_pass,
-    )
+    recognizer.set_search(args.beam, args.lm_weight, args.two_pass)
     decode = recognizer.config.decode
     settings = args.restart or sorted({0.0, decode.restart_pause_s})
     noise = "no noise" if args.noise_db is None else f"noise at {args.noise_db:g} dBFS"

@@ -93,3 +93,15 @@ def test_refuses_bad_arguments(
         long_stream.main(["--manifest", str(MANIFEST), *extra])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_help_states_the_greedy_defaults_it_searches_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The bench searches greedily unless told otherwise, not as the bundle serves; its
+    --help must say so rather than the shared wording of ``asr eval``."""
+    with pytest.raises(SystemExit):
+        long_stream.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "beam size (default: 1, greedy)" in text
+    assert "lm.npz (default: 0)" in text
