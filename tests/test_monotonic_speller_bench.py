@@ -5,6 +5,7 @@ holds Whisper's log-probabilities of the tokens under each cut."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -25,7 +26,8 @@ def parts(whisper_model_file):
         ceiling.whisper_ct2_dir(ceiling.DEFAULT_CACHE, ceiling.WHEEL_CACHE)
     )
     speller, encode = speller_bench.Speller.of_bundle(whisper, REPO / "models" / "default")
-    assert speller.chunk == 8  # the bundle's own chunks, 160 ms
+    bundle = json.loads((REPO / "models" / "default" / "config.json").read_text())
+    assert speller.chunk == bundle["model"]["whisper"]["chunk"]  # the bundle's own chunks
     entries = read_manifest(MANIFEST)[0][:2]
     utterances = speller_bench.prepare(entries, encode["student"], speller)
     policy = speller_bench.Policy(whisper.decoder.embed.weight.detach().clone()).eval()
