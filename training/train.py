@@ -462,19 +462,17 @@ class Trainer:
             )
         self._clock_origin = time.monotonic() - pos.seconds
         self._tick(pos)
-        # A run resumed with its budget spent takes no further step: it only finishes what a
-        # kill after its last step may have left undone.
+        # A run resumed with its budget spent takes no further step: it only closes out what
+        # a kill after its last step may have left undone.
         stop = self._budget_spent(pos)
-        if stop:
-            self._close_out(pos, writer)
         while pos.epoch < self.cfg.epochs and not stop:
             if pos.order is None:
                 pos.order = self._order(pos.epoch)
             stop = self._run_epoch(pos, writer)
-            if pos.batch >= len(pos.order):
+            if not stop:  # the epoch ran to its end
                 self._end_epoch(pos, writer)
-            elif stop:
-                self._close_out(pos, writer)
+        if stop:
+            self._close_out(pos, writer)
         if self.ddp.main:
             self._write_bundle(self.out / "bundle", pos)
             self.log(f"final bundle: {self.out / 'bundle'}")
