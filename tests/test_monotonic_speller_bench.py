@@ -5,13 +5,13 @@ holds Whisper's log-probabilities of the tokens under each cut."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from asr.config import Config
 from tests.conftest import REPO, load_bench
 from training.manifest import read_manifest
 
@@ -26,8 +26,8 @@ def parts(whisper_model_file):
         ceiling.whisper_ct2_dir(ceiling.DEFAULT_CACHE, ceiling.WHEEL_CACHE)
     )
     speller, encode = speller_bench.Speller.of_bundle(whisper, REPO / "models" / "default")
-    bundle = json.loads((REPO / "models" / "default" / "config.json").read_text())
-    assert speller.chunk == bundle["model"]["whisper"]["chunk"]  # the bundle's own chunks
+    bundle = Config.load(REPO / "models" / "default" / "config.json")
+    assert speller.chunk == bundle.model.whisper.chunk  # the bundle's own chunks
     entries = read_manifest(MANIFEST)[0][:2]
     utterances = speller_bench.prepare(entries, encode["student"], speller)
     policy = speller_bench.Policy(whisper.decoder.embed.weight.detach().clone()).eval()
