@@ -30,6 +30,18 @@ WEIGHTS = "model.safetensors"
 CMVN_FILE = "cmvn.json"
 CARD = "README.md"
 TOKENIZER_FILES = {"sentencepiece": "tokenizer.model", "symbols": "tokens.txt"}
+HERE_MODEL = Path("models") / "default"
+# the bundled model of the checkout this package runs from (an editable install)
+CHECKOUT_MODEL = Path(__file__).resolve().parents[1] / HERE_MODEL
+
+
+def default_model() -> Path:
+    """The bundle to use when none is named: ``models/default`` under the working directory,
+    as the README's commands run from the checkout; else the checkout's own, so that
+    `asr transcribe` and `asr serve` work from any directory after ``pip install -e .``."""
+    if HERE_MODEL.is_dir() or not CHECKOUT_MODEL.is_dir():
+        return HERE_MODEL
+    return CHECKOUT_MODEL
 
 
 def save_bundle(

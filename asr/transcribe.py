@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from asr.bundle import default_model
 from asr.formats import FORMATS, plain_text, render, transcript_record
 from asr.recognizer import add_search_arguments
 
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from asr.events import Event
     from asr.recognizer import Recognizer
 
-DEFAULT_MODEL = Path("models") / "default"
 LISTING = "tsv"  # FILE<TAB>text per line: a listing of many files, not a transcript format
 
 
@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         type=Path,
-        default=DEFAULT_MODEL,
-        help=f"model bundle directory (default: {DEFAULT_MODEL})",
+        default=default_model(),
+        help=f"model bundle directory (default: {default_model()})",
     )
     add_search_arguments(parser)
     parser.add_argument(

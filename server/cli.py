@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from server.app import create_app
-from server.settings import DEFAULT_MODEL, Settings
+from server.settings import Settings
 
 
 class DrainingServer(uvicorn.Server):
@@ -49,7 +49,9 @@ def build_server(settings: Settings, log_level: str = "info") -> DrainingServer:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model bundle directory")
+    parser.add_argument(
+        "--model", type=Path, default=d.model, help=f"model bundle directory (default: {d.model})"
+    )
     parser.add_argument("--host", default=d.host)
     parser.add_argument("--port", type=int, default=d.port)
     parser.add_argument("--max-sessions", type=int, default=d.max_sessions)

@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from asr.bundle import default_model
 from server.protocol import MAX_CONTROL_DEPTH
-
-DEFAULT_MODEL = Path("models/default")
 
 
 @dataclass
@@ -19,7 +18,7 @@ class Settings:
     every session costs model state and a slot in the batching queue.
     """
 
-    model: Path = DEFAULT_MODEL
+    model: Path = field(default_factory=default_model)
     host: str = "127.0.0.1"
     port: int = 8000
     max_sessions: int = 64

@@ -51,8 +51,10 @@ def with_three_deviations(rate: float, words: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def transcripts() -> dict[str, dict[str, str]]:
-    """`asr transcribe` on every shipped file: {split: {audio path: text}}."""
+def transcripts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """`asr transcribe` on every shipped file: {split: {audio path: text}}, run from a
+    directory without ``models/default``, so that it must find the checkout's bundle."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
     found = {}
     for split in SPLITS:
         files = [str(HELDOUT / row["audio"]) for row in sample(split)]
@@ -62,6 +64,7 @@ def transcripts() -> dict[str, dict[str, str]]:
             text=True,
             timeout=300,
             check=True,
+            cwd=elsewhere,
         )
         lines = [line.split("\t", 1) for line in result.stdout.splitlines()]
         found[split] = {path: text for path, text in lines}

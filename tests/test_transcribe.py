@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from asr import bundle
 from asr.audio import read_audio
-from asr.bundle import load_model
+from asr.bundle import default_model, load_model
 from asr.formats import FORMATS, render
 
 
@@ -66,10 +67,23 @@ def test_transcribe_prints_text_and_json_and_goes_on_after_a_bad_file(
 def test_transcribe_without_a_model_says_where_it_looked_and_what_to_do(
     speech_dir: Path, tmp_path: Path
 ) -> None:
-    done = asr("transcribe", str(speech_dir / "utt00.wav"), cwd=tmp_path)
+    done = asr("transcribe", str(speech_dir / "utt00.wav"), "--model", "models/none", cwd=tmp_path)
     assert done.returncode == 2
-    assert "models/default" in done.stderr and "--model" in done.stderr
+    assert "models/none" in done.stderr and "--model" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_default_model_is_the_working_directorys_else_the_checkouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout = tmp_path / "checkout" / "models" / "default"
+    monkeypatch.setattr(bundle, "CHECKOUT_MODEL", checkout)
+    monkeypatch.chdir(tmp_path)
+    assert default_model() == Path("models/default")  # neither exists: the error names it
+    checkout.mkdir(parents=True)
+    assert default_model() == checkout
+    (tmp_path / "models" / "default").mkdir(parents=True)
+    assert default_model() == Path("models/default")
 
 
 def test_transcribe_writes_every_format_to_an_out_dir(
