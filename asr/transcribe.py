@@ -119,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
                 out.write_text(render(args.format, segments, duration), encoding="utf-8")
         except (OSError, ValueError, RuntimeError) as err:
             failed += 1
-            print(f"asr transcribe: {path}: {err}", file=sys.stderr)
+            message = str(err)  # read_audio's errors name the file already
+            if not message.startswith(f"{path}:"):
+                message = f"{path}: {message}"
+            print(f"asr transcribe: {message}", file=sys.stderr)
             continue
         if args.out_dir is not None:
             continue

@@ -126,12 +126,17 @@ class StreamingWhisperMel:
         return self._frames((self._samples - _HALF) // HOP + 1 if self._samples > _HALF else 0)
 
     def finish(self) -> np.ndarray:
-        """The last frames, the end padded with zeros (``len(samples) // 160`` frames in all)."""
+        """The last frames, the end padded with zeros (``len(samples) // 160`` frames in all).
+
+        A stream of at most 200 samples (12.5 ms) has none: the first frame's reflected
+        start needs 201, as torch.stft's does. Such a stream is a click of a microphone
+        button, not speech, and ends with nothing said rather than an error.
+        """
         if self._finished:
             raise ValueError("finish() called twice")
-        if 0 < self._samples <= _HALF:
-            raise ValueError(f"need more than {_HALF} samples for a frame, got {self._samples}")
         self._finished = True
+        if self._samples <= _HALF:
+            return self._frames(0)
         return self._frames(self._samples // HOP, pad=True)
 
     def _frames(self, end: int, pad: bool = False) -> np.ndarray:

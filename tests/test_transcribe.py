@@ -49,7 +49,7 @@ def test_transcribe_prints_text_and_json_and_goes_on_after_a_bad_file(
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines == [f"{wavs[0]}\t{expected[0]}", f"{wavs[1]}\t{expected[1]}"]
-    assert str(broken) in done.stderr and str(missing) in done.stderr
+    assert str(broken) in done.stderr and done.stderr.count(str(missing)) == 1
     assert "2 of 4" in done.stderr
 
     done = asr("transcribe", *map(str, wavs), "--model", str(tiny_bundle), "--json", "--beam", "2")

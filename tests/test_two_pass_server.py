@@ -68,6 +68,16 @@ def test_each_session_gets_the_finals_it_asks_for(
     assert status == 200 and ready["two_pass"] == {"available": True, "default": True}
 
 
+@pytest.mark.parametrize("samples", [10, 200])
+def test_a_click_of_audio_ends_with_nothing_said(live: LiveServer, samples: int) -> None:
+    """A session stopped after a few samples (too few for one frame) ends normally."""
+    click = np.full(samples, 0.1, dtype=np.float32)
+    transcript = asyncio.run(
+        stream(live.url("/v1/stream", "ws"), file_frames(click, 16000, paced=False), 16000)
+    )
+    assert transcript.end_at is not None and transcript.segments == []
+
+
 def test_a_two_pass_bundle_without_its_teacher_does_not_load(
     two_pass_bundle: Path, tmp_path: Path
 ) -> None:

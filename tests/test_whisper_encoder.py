@@ -70,6 +70,16 @@ def test_streamed_log_mel_equals_batch(chunking: str) -> None:
         stream.finish()
 
 
+@pytest.mark.parametrize("length", [1, 160, 200])
+def test_a_click_of_at_most_200_samples_has_no_frame(length: int) -> None:
+    """The first frame's reflected start needs 201 samples; fewer end the stream with none."""
+    stream = StreamingWhisperMel()
+    assert stream.accept(_audio(1)[:length]).shape == (0, 80)
+    assert stream.finish().shape == (0, 80)
+    assert log_mel(_audio(1)[:length]).shape == (0, 80)
+    assert log_mel(_audio(1)[:201]).shape == (1, 80)
+
+
 def test_constant_floor_only_differs_below_it() -> None:
     samples = _audio(7)
     fixed, whisper = log_mel(samples), log_mel(samples, floor=None)
