@@ -154,6 +154,10 @@ class DecodeConfig:
     # Shallow fusion: add this times the bundle's token n-gram log-probabilities (lm.npz,
     # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
     lm_weight: float = 0.0
+    # Joint CTC/attention scoring (asr.ctc_prefix): each step's scores are (1 - w) times the
+    # attention decoder's log-probabilities plus w times the CTC head's prefix scores over
+    # the states up to the one the step selected. 0: the attention decoder alone.
+    ctc_weight: float = 0.0
     # Partials from a greedy search without the LM, so they come as fast as greedy decoding
     # does (a beam's partials wait until all its hypotheses agree); each final comes from a
     # second search with beam_size and lm_weight over its segment's encoder states, run
@@ -162,7 +166,8 @@ class DecodeConfig:
     greedy_partials: bool = False
 
     def greedy(self) -> DecodeConfig:
-        """These settings searched greedily without the LM (the search partials come from)."""
+        """These settings searched greedily without the LM (the search partials come from);
+        joint CTC scoring stays, being the model's own."""
         return dataclasses.replace(self, beam_size=1, lm_weight=0.0)
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from asr.attention import MonotonicAttention, SoftmaxAttention
 from asr.config import DecodeConfig
+from asr.ctc_prefix import CTCPrefixScorer, PrefixState
 from asr.lm import TokenLM
 from asr.model import EOS_ID, DecoderState, Seq2Seq
 
@@ -58,6 +59,7 @@ class _Beam:
     found: list[int] = field(default_factory=list)  # absolute state chosen so far (-1: none)
     selected: np.ndarray | None = None  # [N] the step's choices, once the step can be taken
     evaluations: int = 0
+    prefixes: list[PrefixState] | None = None  # [N] CTC prefix states, with decode.ctc_weight
 
 
 @dataclass
@@ -94,6 +96,7 @@ class SegmentSearch:
     segment_start: int = field(init=False, default=0)
     evaluations: int = field(init=False, default=0)
     _direction: Tensor | None = field(init=False, default=None)
+    _ctc: CTCPrefixScorer | None = field(init=False, default=None)  # the segment's CTC
 
     def __post_init__(self) -> None:
         if self.cfg.beam_size < 1 or self.cfg.max_tokens < 1 or self.cfg.max_tokens_per_state < 1:
@@ -107,6 +110,15 @@ class SegmentSearch:
             raise ValueError(
                 "decode.lm_weight needs a language model: the bundle has no lm.npz (see `asr lm`)"
             )
+        if not 0 <= self.cfg.ctc_weight < 1:
+            raise ValueError(f"decode.ctc_weight must be in [0, 1), got {self.cfg.ctc_weight}")
+        if self.cfg.ctc_weight > 0:
+            if self.model.ctc is None:
+                raise ValueError(
+                    "decode.ctc_weight needs the model's CTC head: it was trained without one "
+                    "(model.ctc_weight 0); set decode.ctc_weight to 0"
+                )
+            self._ctc = CTCPrefixScorer()
         attention = self.model.decoder.attention
         dim = self.model.cfg.encoder.units
         self.memory = _Memory(torch.zeros(0, dim), attention.keys(torch.zeros(0, dim)))
@@ -142,6 +154,11 @@ class SegmentSearch:
             if keys is None:
                 keys = self.model.decoder.attention.keys(states)
             self.memory.append(states, keys)
+            if self._ctc is not None:
+                assert self.model.ctc is not None
+                with torch.no_grad():
+                    log_probs = torch.log_softmax(self.model.ctc(states), dim=-1)
+                self._ctc.append(log_probs.numpy())
 
     def advance(self, complete: bool = False) -> Segment | None:
         """Decode as far as the memory allows; the segment if it ended (None: waiting for
@@ -191,6 +208,7 @@ class SegmentSearch:
             scores=np.zeros(1, np.float32),
             pointer=np.full(1, start),
             repeats=np.zeros(1, np.int64),
+            prefixes=None if self._ctc is None else [CTCPrefixScorer.initial()],
         )
 
     def _step(self, complete: bool) -> Segment | None | bool:
@@ -255,6 +273,10 @@ class SegmentSearch:
         n, vocab = log_probs.shape
         ran_off = beam.selected < 0
         # A hypothesis whose scan found nothing in complete memory can only end.
+        ctc = self._ctc_scores() if self._ctc is not None else None
+        if ctc is not None:
+            weight = np.float32(self.cfg.ctc_weight)
+            log_probs = (1 - weight) * log_probs + weight * ctc
         if self.lm is not None and self.cfg.lm_weight > 0:
             fused = np.stack([self.lm.log_probs(tokens) for tokens in beam.tokens])
             log_probs = log_probs + np.float32(self.cfg.lm_weight) * fused
@@ -276,14 +298,33 @@ class SegmentSearch:
             return self._close(int(hyp[0]))
         keep = token != EOS_ID
         hyp, token, best = hyp[keep], token[keep], best[keep]
-        self._adopt(hyp, token, total[best], beam.selected[hyp], context, hs, cs)
+        prefixes = None
+        if ctc is not None and self._ctc is not None and beam.prefixes is not None:
+            prefixes = [
+                self._ctc.child(beam.prefixes[h], t) for h, t in zip(hyp.tolist(), token.tolist())
+            ]
+        self._adopt(hyp, token, total[best], beam.selected[hyp], context, hs, cs, prefixes)
         if len(self.beam.tokens[0]) >= self.cfg.max_tokens:
             # Cap reached: end with the best hypothesis, resume after its last state.
             last = self.beam.positions[0][-1]
             return self._close(0, last + 1 if last >= 0 else self.memory.total)
         return True
 
-    def _adopt(self, hyp, token, scores, selected, context, hs, cs) -> None:
+    def _ctc_scores(self) -> np.ndarray:
+        """[N, V] CTC scores of each hypothesis' next token, over the segment's states up to
+        the one the hypothesis selected (all of them where it selected none)."""
+        beam = self.beam
+        assert self._ctc is not None and beam.prefixes is not None and beam.selected is not None
+        seen = self.memory.total - self.segment_start
+        if seen < 1:  # a segment forced to end before any state: nothing to score
+            return np.zeros((len(beam.prefixes), self.model.decoder.out.out_features), np.float32)
+        rows = []
+        for prefix, at in zip(beam.prefixes, beam.selected.tolist()):
+            frames = at - self.segment_start + 1 if at >= 0 else seen
+            rows.append(self._ctc.scores(prefix, min(max(frames, 1), seen)))
+        return np.stack(rows).astype(np.float32)
+
+    def _adopt(self, hyp, token, scores, selected, context, hs, cs, prefixes) -> None:
         beam = self.beam
         same = selected == beam.pointer[hyp]
         rows = torch.from_numpy(hyp)
@@ -296,6 +337,7 @@ class SegmentSearch:
             scores=scores,
             pointer=selected,
             repeats=np.where(same, beam.repeats[hyp] + 1, 1),
+            prefixes=prefixes,
         )
         self._trim()
 
@@ -324,6 +366,8 @@ class SegmentSearch:
 
     def restart_at(self, index: int) -> None:
         """Begin a fresh segment at state ``index`` (after a forced endpoint)."""
+        if self._ctc is not None:
+            self._ctc.drop_before(index - self.segment_start)
         self.segment_start = index
         self.beam = self._fresh_beam(index)
         self._trim()

@@ -40,10 +40,14 @@ class Recognizer:
             self.frontend = load_frontend(self.config.model)
 
     def set_search(
-        self, beam: int | None = None, lm_weight: float | None = None, two_pass: bool | None = None
+        self,
+        beam: int | None = None,
+        lm_weight: float | None = None,
+        two_pass: bool | None = None,
+        ctc_weight: float | None = None,
     ) -> None:
-        """Override the bundle's beam size, LM weight and two-pass finals (None keeps them),
-        checking each."""
+        """Override the bundle's beam size, LM weight, two-pass finals and joint CTC weight
+        (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
@@ -58,6 +62,12 @@ class Recognizer:
             if lm_weight < 0:
                 raise ValueError(f"--lm-weight must be >= 0, got {lm_weight}")
             decode.lm_weight = lm_weight
+        if ctc_weight is not None:
+            if not 0 <= ctc_weight < 1:
+                raise ValueError(f"--ctc-weight must be in [0, 1), got {ctc_weight}")
+            if ctc_weight > 0 and self.model.ctc is None:
+                raise ValueError("--ctc-weight needs a CTC head, which this model lacks")
+            decode.ctc_weight = ctc_weight
         if decode.lm_weight > 0 and self.lm is None:
             if self.lm_file is None:
                 raise ValueError(
@@ -118,10 +128,10 @@ class Recognizer:
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight and --two-pass, the search settings a command may override
-    (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass)``); ``greedy``: a
-    command that searches greedily unless told otherwise (beam 1, LM weight 0), not as the
-    bundle serves."""
+    """--beam, --lm-weight, --two-pass and --ctc-weight, the search settings a command may
+    override (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass,
+    args.ctc_weight)``); ``greedy``: a command that searches greedily unless told otherwise
+    (beam 1, LM weight 0), not as the bundle serves."""
     if greedy:
         parser.set_defaults(beam=1, lm_weight=0.0)
     serves = "1, greedy" if greedy else "the bundle's decode.beam_size"
@@ -137,4 +147,10 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         action=argparse.BooleanOptionalAction,
         help="finals from the full-attention Whisper encoder over each segment (default: the "
         "bundle's decode.two_pass)",
+    )
+    parser.add_argument(
+        "--ctc-weight",
+        type=float,
+        help="joint scoring with the model's CTC head, 0 <= w < 1 (default: the bundle's "
+        "decode.ctc_weight)",
     )

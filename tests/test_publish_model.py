@@ -428,13 +428,18 @@ def test_a_whisper_run_pair_is_published_and_cached(
     assert (served.greedy_partials, served.beam_size) == (True, whisper_card.LM_BEAM)
     assert served.lm_weight == fusion["weight"] and (out / "lm.npz").is_file()
     assert f"added at weight {fusion['weight']:g}" in card
+    # and joint CTC scoring, with which every column but the first generation's decodes
+    assert served.ctc_weight == whisper_card.CTC_WEIGHT == metrics["monotonic"]["ctc_weight"] > 0
+    assert "scoring (the CTC head trained with the decoder ranks" in card
     # the columns are the evaluations cached in the run directories, by what they decoded
-    cached = json.loads((run / "eval_two_pass_test_short" / "summary.json").read_text())
+    joint = publish_model.ctc_tag(whisper_card.CTC_WEIGHT)
+    cached = json.loads((run / f"eval_{joint}two_pass_test_short" / "summary.json").read_text())
     assert cached == columns["two_pass"]["test_short"]
     assert json.loads((run / "eval_first_gen_test_seen_voices" / "summary.json").read_text())[
         "model"
     ] == str(first_gen)
-    assert not (run / "eval_streaming_real" / "results.jsonl").exists()  # no real transcripts
+    assert (run / f"eval_streaming_{joint}real" / "summary.json").is_file()
+    assert not (run / f"eval_streaming_{joint}real" / "results.jsonl").exists()  # no transcripts
     assert set(columns["streaming"]["real"]["by_set"]) == {"espeak-set"}
 
     for goal in metrics["goals"]:

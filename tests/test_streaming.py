@@ -4,8 +4,8 @@ tests 1, 3 and 5).
 
 Offline decoding (``Recognizer.transcribe``) is compared with sessions fed the
 same audio in chunks of 1 ms, 10 ms, random sizes, 100 ms, 1 s and all at once,
-on all 22 spoken sentences, greedy and with a beam, for hard monotonic and
-chunkwise (MoChA) attention. The models have random weights with the
+on all 22 spoken sentences, greedy and with a beam, alone and with joint CTC scoring, for
+hard monotonic and chunkwise (MoChA) attention. The models have random weights with the
 monotonic offset r = 0, so they select states and emit tokens throughout.
 """
 
@@ -112,9 +112,17 @@ def recognizers(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory, spe
     mocha = load_model(
         build_bundle(tmp_path_factory.mktemp("mocha") / "mocha", speech_dir, attention="chunkwise")
     )
+    with_ctc = load_model(
+        build_bundle(
+            tmp_path_factory.mktemp("ctc") / "ctc", speech_dir, overrides=["model.ctc_weight=0.5"]
+        )
+    )
     return {
         "greedy": greedy,
         "beam": variant(greedy, beam_size=4),
+        "ctc-head": with_ctc,  # decoded without it
+        "joint": variant(with_ctc, ctc_weight=0.5),
+        "joint-beam": variant(with_ctc, beam_size=4, ctc_weight=0.5),
         "mocha-greedy": mocha,
         "mocha-beam": variant(mocha, beam_size=4),
     }
@@ -154,9 +162,33 @@ def check_all_utterances(name, chunking, recognizers, utterances, offline, every
 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
-@pytest.mark.parametrize("name", ["greedy", "beam"])
+@pytest.mark.parametrize("name", ["greedy", "beam", "joint", "joint-beam"])
 def test_streaming_equals_offline(name, chunking, recognizers, utterances, offline) -> None:
     check_all_utterances(name, chunking, recognizers, utterances, offline)
+
+
+def test_joint_ctc_scoring_changes_what_is_said(recognizers, utterances, offline) -> None:
+    """The CTC head's scores reach the search: some utterance decodes otherwise."""
+    changed = [offline("ctc-head", i) != offline("joint", i) for i in range(len(utterances))]
+    assert any(changed)
+
+
+def test_joint_ctc_weight_is_checked(recognizers, tiny_bundle: Path) -> None:
+    recognizer = recognizers["ctc-head"]
+    with pytest.raises(ValueError, match=r"--ctc-weight must be in \[0, 1\)"):
+        recognizer.set_search(ctc_weight=1.0)
+    with pytest.raises(ValueError, match=r"decode.ctc_weight must be in \[0, 1\)"):
+        SegmentSearch(
+            recognizer.model, dataclasses.replace(recognizer.config.decode, ctc_weight=-0.1)
+        )
+    recognizer = load_model(tiny_bundle)  # trained without the CTC head
+    assert recognizer.model.ctc is None
+    with pytest.raises(ValueError, match="CTC head"):
+        recognizer.set_search(ctc_weight=0.3)
+    with pytest.raises(ValueError, match="CTC head"):
+        SegmentSearch(
+            recognizer.model, dataclasses.replace(recognizer.config.decode, ctc_weight=0.3)
+        )
 
 
 @pytest.fixture(scope="module")

@@ -66,17 +66,19 @@ def evaluate_run(
     bundle: Path | None = None,
     tag: str = "",
     search: tuple[str, ...] = (),
+    ctc_weight: float = 0.0,
 ) -> dict[str, dict[str, Any]]:
     """WER/CER of ``bundle`` (default run/best_bundle) on each split, cached in
     run/eval_<tag><split>/summary.json; ``lm_weight`` > 0: with a beam of LM_BEAM and the
-    bundle's language model at that weight, cached in run/eval_lm_<tag><split>; ``search``:
-    more `asr eval` options (e.g. --two-pass)."""
+    bundle's language model at that weight, cached in run/eval_lm_<tag><split>;
+    ``ctc_weight`` > 0: with joint CTC scoring at that weight (eval_ctc<weight>_...);
+    ``search``: more `asr eval` options (e.g. --two-pass)."""
     bundle = bundle or run / "best_bundle"
     fused = lm_weight > 0
     inputs = [bundle / "model.safetensors", *([bundle / LM_FILE] if fused else [])]
     results = {}
     for split in splits:
-        out = run / f"eval_{'lm_' if fused else ''}{tag}{split}"
+        out = run / f"eval_{'lm_' if fused else ''}{ctc_tag(ctc_weight)}{tag}{split}"
         summary = out / "summary.json"
         if not (
             is_fresh(summary, inputs) and "by_train_frequency" in json.loads(summary.read_text())
@@ -84,11 +86,17 @@ def evaluate_run(
             print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
             argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl"), *search]
+            argv += ["--ctc-weight", str(ctc_weight)]
             if fused:
                 argv += ["--beam", str(LM_BEAM), "--lm-weight", str(lm_weight)]
             run_eval(_eval_parser().parse_args(argv))
         results[split] = json.loads(summary.read_text())
     return results
+
+
+def ctc_tag(ctc_weight: float) -> str:
+    """How a cached evaluation's directory names its joint CTC weight (none at 0)."""
+    return f"ctc{ctc_weight:g}_" if ctc_weight > 0 else ""
 
 
 def is_fresh(result: Path, inputs: list[Path]) -> bool:

@@ -42,6 +42,7 @@ from training.recipes.publish_model import (
     add_lm,
     copy_bundle,
     corpus_facts,
+    ctc_tag,
     evaluate_run,
     is_fresh,
     ship_sample,
@@ -69,6 +70,18 @@ LATENCY_UTTERANCES = 200
 LONG_STREAM_SENTENCES = 12  # per stream in the card's bench/long_stream.py run
 GREEDY = ("--beam", "1", "--lm-weight", "0")
 LM_WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6)  # shallow-fusion weights tried on the dev split
+# Joint CTC scoring (decode.ctc_weight) of every column but the first generation's, chosen
+# on 400 utterances made for tuning apart from the corpus (its 100 dev utterances are too
+# few to tell weights apart), with the bundle of commit 65d2887:
+#   python -m training.recipes.synth_corpus --out data/tune --hours 0.02 --seed 11 \
+#     --engines kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1 --test-size 0 \
+#     --dev-size 400 --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 \
+#     --exclude data/live/{train,dev,test_seen_voices,test_unseen_voices,test_short}.jsonl
+#   asr eval --model models/default --manifest data/tune/dev.jsonl --ctc-weight W \
+#     [--beam 1 --lm-weight 0]
+# WER greedy 32.48 / 30.96 / 31.00% at 0 / 0.2 / 0.3; as served (beam 4, LM 0.4) 20.81 /
+# 19.55 / 19.65%.
+CTC_WEIGHT = 0.2
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -162,20 +175,29 @@ def real_speech() -> ModuleType:
 
 
 def evaluate_real(
-    bundle: Path, manifest: Path, cache: Path, two_pass: bool | None, lm_weight: float = 0.0
+    bundle: Path,
+    manifest: Path,
+    cache: Path,
+    two_pass: bool | None,
+    lm_weight: float = 0.0,
+    ctc_weight: float = 0.0,
 ) -> dict[str, Any]:
     """WER/CER on the real recordings, scored as bench/real_speech.py scores them (its
     score_text on both sides: fillers dropped, spelled letters joined), cached as
     cache/summary.json: the summary only, so no transcript of held-out speech lands here.
     Greedy, or with ``lm_weight`` > 0 the bundle's own search (its beam, greedy partials)
-    with its language model at that weight."""
+    with its language model at that weight; joint CTC scoring at ``ctc_weight``."""
     summary_file = cache / "summary.json"
     inputs = [bundle / "model.safetensors", manifest, *([bundle / LM_FILE] if lm_weight else [])]
     if is_fresh(summary_file, inputs):
         return json.loads(summary_file.read_text())
-    print(f"evaluating {bundle} (two-pass {two_pass}, LM {lm_weight:g}) on {manifest}", flush=True)
+    print(
+        f"evaluating {bundle} (two-pass {two_pass}, LM {lm_weight:g}, CTC {ctc_weight:g}) on "
+        f"{manifest}",
+        flush=True,
+    )
     recognizer = load_model(bundle)
-    recognizer.set_search(None if lm_weight else 1, lm_weight, two_pass)
+    recognizer.set_search(None if lm_weight else 1, lm_weight, two_pass, ctc_weight)
     entries, _ = read_manifest(manifest)
     decoded, records = evaluate(recognizer, entries)
     score_text = real_speech().score_text
@@ -199,22 +221,40 @@ def evaluate_real(
 def evaluate_columns(
     args: argparse.Namespace, splits: dict[str, Path]
 ) -> dict[str, dict[str, dict[str, Any]] | None]:
-    """Each results column's summaries per split (first_gen None when that bundle is absent)."""
+    """Each results column's summaries per split (first_gen None when that bundle is absent);
+    every column but the first generation's with joint CTC scoring at CTC_WEIGHT."""
     synthetic = tuple(s for s in splits if s != REAL)
     mono, base = args.run / "best_bundle", args.baseline / "best_bundle"
     columns: dict[str, dict[str, dict[str, Any]] | None] = {
         "streaming": evaluate_run(
-            args.run, args.data, splits=synthetic, search=(*GREEDY, "--no-two-pass")
+            args.run,
+            args.data,
+            splits=synthetic,
+            search=(*GREEDY, "--no-two-pass"),
+            ctc_weight=CTC_WEIGHT,
         ),
         "two_pass": evaluate_run(
-            args.run, args.data, splits=synthetic, tag="two_pass_", search=(*GREEDY, "--two-pass")
+            args.run,
+            args.data,
+            splits=synthetic,
+            tag="two_pass_",
+            search=(*GREEDY, "--two-pass"),
+            ctc_weight=CTC_WEIGHT,
         ),
         "softmax": evaluate_run(
-            args.baseline, args.data, splits=synthetic, search=(*GREEDY, "--no-two-pass")
+            args.baseline,
+            args.data,
+            splits=synthetic,
+            search=(*GREEDY, "--no-two-pass"),
+            ctc_weight=CTC_WEIGHT,
         ),
         "first_gen": None,
     }
-    bundles = {"streaming": (mono, False), "two_pass": (mono, True), "softmax": (base, False)}
+    bundles = {
+        "streaming": (mono, False, CTC_WEIGHT),
+        "two_pass": (mono, True, CTC_WEIGHT),
+        "softmax": (base, False, CTC_WEIGHT),
+    }
     if (args.first_gen / "model.safetensors").is_file():
         columns["first_gen"] = evaluate_run(
             args.run,
@@ -224,15 +264,16 @@ def evaluate_columns(
             tag="first_gen_",
             search=GREEDY,
         )
-        bundles["first_gen"] = (args.first_gen, None)
+        bundles["first_gen"] = (args.first_gen, None, 0.0)
     else:
         print(f"no first-generation bundle at {args.first_gen}: its column is left out")
     if REAL in splits:
-        for name, (bundle, two_pass) in bundles.items():
-            cache = (args.baseline if name == "softmax" else args.run) / f"eval_{name}_{REAL}"
+        for name, (bundle, two_pass, ctc_weight) in bundles.items():
+            run = args.baseline if name == "softmax" else args.run
+            cache = run / f"eval_{name}_{ctc_tag(ctc_weight)}{REAL}"
             column = columns[name]
             assert column is not None
-            column[REAL] = evaluate_real(bundle, splits[REAL], cache, two_pass)
+            column[REAL] = evaluate_real(bundle, splits[REAL], cache, two_pass, 0.0, ctc_weight)
     return columns
 
 
@@ -245,13 +286,20 @@ def fusion(args: argparse.Namespace, splits: dict[str, Path]) -> dict[str, Any]:
     run = args.run
     out = run / "best_bundle"
     add_lm(out, args.data)
-    serve(out, beam_size=LM_BEAM, greedy_partials=True)
+    serve(out, beam_size=LM_BEAM, greedy_partials=True, ctc_weight=CTC_WEIGHT)
 
     def scores(weight: float, splits: tuple[str, ...], two_pass: bool) -> dict[str, Any]:
         tag = f"w{weight:g}_{'two_pass_' if two_pass else ''}"
         search = ("--two-pass" if two_pass else "--no-two-pass",)
         return evaluate_run(
-            run, args.data, weight, splits=splits, bundle=out, tag=tag, search=search
+            run,
+            args.data,
+            weight,
+            splits=splits,
+            bundle=out,
+            tag=tag,
+            search=search,
+            ctc_weight=CTC_WEIGHT,
         )
 
     dev = {f"{w:g}": scores(w, ("dev",), False)["dev"]["wer"]["rate"] for w in LM_WEIGHTS}
@@ -264,8 +312,10 @@ def fusion(args: argparse.Namespace, splits: dict[str, Path]) -> dict[str, Any]:
     }
     if REAL in splits:
         for key, two_pass in (("eval", False), ("eval_two_pass", True)):
-            cache = run / f"eval_lm_w{weight:g}_{'two_pass_' if two_pass else ''}{REAL}"
-            columns[key][REAL] = evaluate_real(out, splits[REAL], cache, two_pass, weight)
+            name = f"eval_lm_{ctc_tag(CTC_WEIGHT)}w{weight:g}_{'two_pass_' if two_pass else ''}"
+            columns[key][REAL] = evaluate_real(
+                out, splits[REAL], run / f"{name}{REAL}", two_pass, weight, CTC_WEIGHT
+            )
     return {"beam": LM_BEAM, "order": LM_ORDER, "weight": weight, "dev": dev, **columns}
 
 
@@ -734,6 +784,21 @@ def fusion_text(metrics: dict[str, Any]) -> str:
     )
 
 
+def joint_text(metrics: dict[str, Any]) -> str:
+    """How the columns use the CTC head (older metrics.json files lack the weight)."""
+    weight = metrics["monotonic"].get("ctc_weight", 0.0)
+    if not weight:
+        return "No column uses the CTC head in its search (decode.ctc_weight 0)."
+    return (
+        f"Every column but the first generation's decodes with joint CTC scoring (the CTC "
+        f"head trained with the decoder ranks the tokens attention may say next; "
+        f"`asr.ctc_prefix`) at weight {weight:g} (decode.ctc_weight in config.json, "
+        f"`--ctc-weight`), chosen on 400 utterances made for tuning (`CTC_WEIGHT` in "
+        f"`training/recipes/whisper_card.py` gives the commands and figures). `--ctc-weight 0` "
+        f"decodes with attention alone."
+    )
+
+
 def steps_table(steps: dict[str, Any] | None) -> str:
     if steps is None:
         return "Step wall times were not given (`--steps`)."
@@ -860,6 +925,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         history=history or "| - | - | - |",
         real=real_text(metrics),
         fusion=fusion_text(metrics),
+        joint=joint_text(metrics),
         baseline=baseline_text(metrics),
     )
     (out / "README.md").write_text(text)
@@ -906,6 +972,8 @@ spells the ones it rarely heard by their sound.
 | held-out split | times in training | share of words | streaming | two-pass finals | softmax baseline |
 |---|---|---|---|---|---|
 {frequency}
+
+{joint}
 
 Streaming: this bundle's streaming pass alone, greedy (the search its partials come from).
 Two-pass finals: the same, each final decoded again from the full-attention teacher's
@@ -1015,6 +1083,7 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "eval": columns["streaming"],
             "eval_two_pass": columns["two_pass"],
             "fusion": fused,
+            "ctc_weight": CTC_WEIGHT,
             "training": training["monotonic"],
         },
         "softmax": {"eval": columns["softmax"], "training": training["softmax"]},
