@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from asr.config import Config
 from server.app import create_app
 from server.settings import Settings
 
@@ -110,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="shallow fusion with the bundle's lm.npz (default: the bundle's)",
     )
+    parser.add_argument(
+        "--ctc-weight",
+        type=float,
+        help="joint scoring with the model's CTC head, 0 <= w < 1 (default: the bundle's)",
+    )
     parser.add_argument("--log-level", default="info")
 
 
@@ -119,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
             f"no model bundle at {args.model} (expected {args.model / 'config.json'}); "
             "pass --model DIR"
         )
+    if args.ctc_weight is not None:  # refused now, not by model processes that then restart
+        if not 0 <= args.ctc_weight < 1:
+            raise ValueError(f"--ctc-weight must be in [0, 1), got {args.ctc_weight}")
+        if args.ctc_weight > 0 and Config.load(args.model / "config.json").model.ctc_weight <= 0:
+            raise ValueError(f"--ctc-weight: the model at {args.model} has no CTC head")
     settings = Settings(
         model=args.model,
         host=args.host,
@@ -139,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         torch_threads=args.torch_threads,
         beam=args.beam,
         lm_weight=args.lm_weight,
+        ctc_weight=args.ctc_weight,
     )
     build_server(settings, args.log_level).run()
     return 0

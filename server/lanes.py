@@ -286,14 +286,19 @@ def make_lanes(settings: Settings, on_batch: Any) -> list[Lane]:
 
 # -- the model process -------------------------------------------------------------
 def serve_sessions(
-    conn: Connection, model: str, threads: int, beam: int | None, lm_weight: float | None
+    conn: Connection,
+    model: str,
+    threads: int,
+    beam: int | None,
+    lm_weight: float | None,
+    ctc_weight: float | None,
 ) -> None:
     """A model process's loop: load the model, say what it can do (which also says it is
     ready), then answer batches until told to stop."""
     from asr.streaming import step_sessions as run_sessions
 
     try:
-        recognizer, capabilities = _load(model, threads, beam, lm_weight)
+        recognizer, capabilities = _load(model, threads, beam, lm_weight, ctc_weight)
     except Exception as err:
         conn.send(RuntimeError(f"cannot load model {model}: {err}"))
         return
@@ -333,7 +338,11 @@ def _portable(err: Exception) -> Exception:
 
 
 def _load(
-    path: str | Path, threads: int, beam: int | None, lm_weight: float | None
+    path: str | Path,
+    threads: int,
+    beam: int | None,
+    lm_weight: float | None,
+    ctc_weight: float | None = None,
 ) -> tuple[Any, Capabilities]:
     """The recognizer and what its sessions may ask of it (asking loads the teacher of a
     two-pass bundle here, off the event loop, rather than in the first session that wants it)."""
@@ -343,7 +352,7 @@ def _load(
 
     torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
     recognizer = load_model(path)
-    recognizer.set_search(beam, lm_weight)
+    recognizer.set_search(beam, lm_weight, None, ctc_weight)
     problem = recognizer.two_pass_problem()
     if recognizer.config.decode.two_pass and problem is not None:
         raise ValueError(f"the bundle asks for two-pass finals, but {problem}")

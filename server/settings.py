@@ -49,11 +49,13 @@ class Settings:
     shutdown_timeout_s: float = 10.0  # graceful flush of open sessions on shutdown
     beam: int | None = None  # None: the bundle's decode.beam_size
     lm_weight: float | None = None  # None: the bundle's decode.lm_weight
+    ctc_weight: float | None = None  # None: the bundle's decode.ctc_weight
 
     @property
-    def search(self) -> tuple[int | None, float | None]:
-        """The bundle's search settings to override (beam, LM weight), as workers take them."""
-        return self.beam, self.lm_weight
+    def search(self) -> tuple[int | None, float | None, float | None]:
+        """The bundle's search settings to override (beam, LM weight, joint CTC weight), as
+        workers take them."""
+        return self.beam, self.lm_weight, self.ctc_weight
 
     def __post_init__(self) -> None:
         self.model = Path(self.model)

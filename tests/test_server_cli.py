@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -15,6 +17,15 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+import pytest
+
+from asr.audio import read_audio
+from asr.bundle import load_model
+from server.client import file_frames, stream
+from server.live import LiveServer
+from server.settings import Settings
+from tests.conftest import build_bundle
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,3 +133,36 @@ def test_cli_lists_every_command_and_imports_only_the_one_it_runs():
         timeout=120,
     )
     assert train.returncode == 0 and "--resume" in train.stdout
+
+
+@pytest.mark.parametrize(
+    ("weight", "message"),
+    [("1.0", r"--ctc-weight must be in \[0, 1\)"), ("0.3", "has no CTC head")],
+)
+def test_serve_refuses_a_ctc_weight_the_model_cannot_take(tiny_bundle, weight, message):
+    """Refused before any model process starts (tiny_bundle was made without a CTC head)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle)]
+        + ["--ctc-weight", weight],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert re.search(message, done.stderr) and "Traceback" not in done.stderr
+
+
+def test_serve_ctc_weight_reaches_the_model_processes(tmp_path, speech_dir):
+    """Sessions of `asr serve --ctc-weight` decode as offline transcription with that weight."""
+    bundle = build_bundle(tmp_path / "ctc", speech_dir, overrides=["model.ctc_weight=0.5"])
+    samples, rate = read_audio(speech_dir / "utt00.wav")
+    recognizer = load_model(bundle)
+    recognizer.set_search(ctc_weight=0.5)
+    expected = recognizer.transcribe(samples, rate)
+    recognizer.set_search(ctc_weight=0.0)
+    assert recognizer.transcribe(samples, rate) != expected  # the weight matters here
+    with LiveServer(Settings(model=bundle, workers=1, ctc_weight=0.5)) as live:
+        got = asyncio.run(
+            stream(live.url("/v1/stream", "ws"), file_frames(samples, rate, paced=False), rate)
+        )
+    assert got.text == expected
