@@ -156,7 +156,8 @@ class DecodeConfig:
     lm_weight: float = 0.0
     # Joint CTC/attention scoring (asr.ctc_prefix): each step's scores are (1 - w) times the
     # attention decoder's log-probabilities plus w times the CTC head's prefix scores over
-    # the states up to the one the step selected. 0: the attention decoder alone.
+    # the states up to the one the step selected (relative to CTC's likeliest token;
+    # end-of-sentence is left to attention). 0: the attention decoder alone.
     ctc_weight: float = 0.0
     # Partials from a greedy search without the LM, so they come as fast as greedy decoding
     # does (a beam's partials wait until all its hypotheses agree); each final comes from a

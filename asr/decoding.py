@@ -299,7 +299,8 @@ class SegmentSearch:
         keep = token != EOS_ID
         hyp, token, best = hyp[keep], token[keep], best[keep]
         prefixes = None
-        if ctc is not None and self._ctc is not None and beam.prefixes is not None:
+        if ctc is not None:  # each kept hypothesis' CTC state, one token on
+            assert self._ctc is not None and beam.prefixes is not None
             prefixes = [
                 self._ctc.child(beam.prefixes[h], t) for h, t in zip(hyp.tolist(), token.tolist())
             ]
