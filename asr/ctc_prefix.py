@@ -35,6 +35,17 @@ LOG_ZERO = -1e10  # log of an impossible event, finite so that sums stay ordered
 NEGLIGIBLE = 50.0  # states whose ending probability is this far (in log) below the best
 
 
+def check_weight(weight: float, has_head: bool, name: str) -> None:
+    """The one check of a joint CTC weight, wherever it is set (``name``: as its user set
+    it, e.g. --ctc-weight or decode.ctc_weight); ``has_head``: the model has a CTC head."""
+    if not 0 <= weight < 1:
+        raise ValueError(f"{name} must be in [0, 1), got {weight}")
+    if weight > 0 and not has_head:
+        raise ValueError(
+            f"{name}: the model has no CTC head (it was trained with model.ctc_weight 0)"
+        )
+
+
 def _accumulate(start: float, steps: np.ndarray, gains: np.ndarray) -> np.ndarray:
     """``x[t] = logaddexp(x[t-1], steps[t]) + gains[t]`` with ``x[-1] = start``, all at once."""
     offsets = np.cumsum(gains)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from asr.attention import MonotonicAttention, SoftmaxAttention
 from asr.config import DecodeConfig
-from asr.ctc_prefix import CTCPrefixScorer, PrefixState
+from asr.ctc_prefix import CTCPrefixScorer, PrefixState, check_weight
 from asr.lm import TokenLM
 from asr.model import EOS_ID, DecoderState, Seq2Seq
 
@@ -110,14 +110,8 @@ class SegmentSearch:
             raise ValueError(
                 "decode.lm_weight needs a language model: the bundle has no lm.npz (see `asr lm`)"
             )
-        if not 0 <= self.cfg.ctc_weight < 1:
-            raise ValueError(f"decode.ctc_weight must be in [0, 1), got {self.cfg.ctc_weight}")
+        check_weight(self.cfg.ctc_weight, self.model.ctc is not None, "decode.ctc_weight")
         if self.cfg.ctc_weight > 0:
-            if self.model.ctc is None:
-                raise ValueError(
-                    "decode.ctc_weight needs the model's CTC head: it was trained without one "
-                    "(model.ctc_weight 0); set decode.ctc_weight to 0"
-                )
             self._ctc = CTCPrefixScorer()
         attention = self.model.decoder.attention
         dim = self.model.cfg.encoder.units

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from asr.config import Config
+from asr.ctc_prefix import check_weight
 from asr.events import Event
 from asr.formats import plain_text
 from asr.frontend import Frontend, load_frontend
@@ -63,10 +64,7 @@ class Recognizer:
                 raise ValueError(f"--lm-weight must be >= 0, got {lm_weight}")
             decode.lm_weight = lm_weight
         if ctc_weight is not None:
-            if not 0 <= ctc_weight < 1:
-                raise ValueError(f"--ctc-weight must be in [0, 1), got {ctc_weight}")
-            if ctc_weight > 0 and self.model.ctc is None:
-                raise ValueError("--ctc-weight needs a CTC head, which this model lacks")
+            check_weight(ctc_weight, self.model.ctc is not None, "--ctc-weight")
             decode.ctc_weight = ctc_weight
         if decode.lm_weight > 0 and self.lm is None:
             if self.lm_file is None:

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from asr.config import Config
+from asr.ctc_prefix import check_weight
 from server.app import create_app
 from server.settings import Settings
 
@@ -126,10 +127,9 @@ def run(args: argparse.Namespace) -> int:
             "pass --model DIR"
         )
     if args.ctc_weight is not None:  # refused now, not by model processes that then restart
-        if not 0 <= args.ctc_weight < 1:
-            raise ValueError(f"--ctc-weight must be in [0, 1), got {args.ctc_weight}")
-        if args.ctc_weight > 0 and Config.load(args.model / "config.json").model.ctc_weight <= 0:
-            raise ValueError(f"--ctc-weight: the model at {args.model} has no CTC head")
+        # the model makes its CTC head exactly when model.ctc_weight > 0
+        has_head = Config.load(args.model / "config.json").model.ctc_weight > 0
+        check_weight(args.ctc_weight, has_head, "--ctc-weight")
     settings = Settings(
         model=args.model,
         host=args.host,
