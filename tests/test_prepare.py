@@ -134,6 +134,33 @@ def test_folder_mode(tmp_path: Path) -> None:
     ]
 
 
+def test_merge_rewrites_paths_and_refuses_shared_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    for corpus, name in (("a", "one"), ("b", "two")):
+        (tmp_path / corpus / "wavs").mkdir(parents=True)
+        soundfile.write(tmp_path / corpus / "wavs" / f"{name}.wav", TONE, 16000)
+        rows = [{"id": name, "audio": f"wavs/{name}.wav", "text": name, "duration": 0.5}]
+        rows.append({"id": f"{name}-gone", "audio": "wavs/gone.wav", "text": "x", "duration": 1})
+        (tmp_path / corpus / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "train.jsonl"  # the corpora's parent: paths stay relative, the tree movable
+    inputs = [str(tmp_path / c / "train.jsonl") for c in "ab"]
+    assert main(["prepare", "merge", *inputs, "--out", str(out)]) == 0
+    rows = read_jsonl(out)
+    assert [(r["id"], r["audio"], r["text"]) for r in rows] == [
+        ("one", "a/wavs/one.wav", "one"),
+        ("two", "b/wavs/two.wav", "two"),
+    ]
+    err = capsys.readouterr().err
+    assert "one-gone" in err and "two-gone" in err  # skipped lines are named
+    again = tmp_path / "again.jsonl"
+    assert main(["prepare", "merge", inputs[0], inputs[0], "--out", str(again)]) == 2
+    assert f"id 'one' is in both {inputs[0]} and {inputs[0]}" in capsys.readouterr().err
+    assert not again.exists()
+    assert main(["prepare", "merge", str(tmp_path / "nope.jsonl"), "--out", str(again)]) == 2
+    assert "nope.jsonl: no such manifest" in capsys.readouterr().err
+
+
 def wsj_audio(path: Path, shorten: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_sphere(path, TONE)

@@ -11,6 +11,8 @@ Sources:
                                 phones.txt; targets are 48 folded phones, SA sentences left out
   wsj ROOT --out DIR            original WSJ0/WSJ1 folders (.wv1 + .dot); writes
                                 train_si284.jsonl, test_dev93.jsonl, test_eval92.jsonl
+  merge M.jsonl... --out M.jsonl  several manifests as one, to train on corpora together;
+                                audio paths rewritten for the output's folder, ids unique
 
 WSJ splits follow the standard index files (tr_s_wv1.ndx + si_tr_s.ndx, h1_p0.ndx,
 nvp/si_et_20.ndx) when they are under ROOT; otherwise the folder names decide:
@@ -22,6 +24,7 @@ Examples:
   asr prepare kaldi data/train --out data/train.jsonl --allow-pipes --audio-dir data/wav
   asr prepare timit /corpora/TIMIT --out data/timit
   asr prepare wsj /corpora/wsj --out data/wsj
+  asr prepare merge data/wsj/train_si284.jsonl data/corpus.jsonl --out data/train.jsonl
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import soundfile
 
 from asr.scoring import timit_folding
 from asr.tokenizer import SymbolTokenizer
-from training.manifest import AudioInfo, Entry, audio_info, write_manifest
+from training.manifest import AudioInfo, Entry, audio_info, read_manifest, write_manifest
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".sph")
 TRANSCRIPT_SUFFIXES = (".txt", ".lab")
@@ -67,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p = sub.add_parser(name, help=what)
         p.add_argument("dir", type=Path)
         p.add_argument("--out", type=Path, required=True, help="output directory")
+    p = sub.add_parser("merge", help="several manifests as one")
+    p.add_argument("manifests", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, required=True, help="manifest to write")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         audio_dir = args.audio_dir or args.out.with_name(args.out.stem + "_audio")
         entries = prepare_kaldi(args.dir, allow_pipes=args.allow_pipes, audio_dir=audio_dir)
         _report(args.out, write_manifest(args.out, entries))
+    elif args.source == "merge":
+        _report(args.out, write_manifest(args.out, merge_manifests(args.manifests)))
     else:
         prepare = prepare_timit if args.source == "timit" else prepare_wsj
         for split, count in prepare(args.dir, args.out).items():
@@ -140,6 +148,27 @@ def prepare_folder(root: Path) -> list[Entry]:
         if info is not None:
             uid = "-".join(audio.relative_to(root).with_suffix("").parts)
             entries.append(Entry(uid, str(audio.resolve()), text, info.duration))
+    return entries
+
+
+# --- merge -----------------------------------------------------------------------------
+
+
+def merge_manifests(paths: list[Path]) -> list[Entry]:
+    """The entries of every manifest in order, lines that training would skip reported and
+    left out. An id found twice is an error naming both manifests: training finds each
+    utterance's cached features by id, so a silent duplicate would pair text with wrong audio."""
+    entries: list[Entry] = []
+    source: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such manifest")
+        found, _ = read_manifest(path)
+        for entry in found:
+            if entry.id in source:
+                raise ValueError(f"id {entry.id!r} is in both {source[entry.id]} and {path}")
+            source[entry.id] = path
+        entries += found
     return entries
 
 
