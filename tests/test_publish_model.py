@@ -4,6 +4,7 @@ evaluations, the recipe's step times; the goals are judged on those figures."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,44 @@ def test_corpus_facts_count_the_manifests(tmp_path: Path) -> None:
         "python -m training.recipes.synth_corpus --out data/live --hours 8 --seed 0 --jobs 2 "
         "--install --aug-prob 0.5"
     )
+
+
+def test_corpus_facts_of_a_merged_training_manifest(tmp_path: Path) -> None:
+    """A model trained on the corpus merged with a supplement: the card counts what it
+    trained on and gives the supplement's command and the merge."""
+    plan = {"hours": 12, "seed": 5, "jobs": 2, "aug_prob": 0.8, "test_size": 2, "dev_size": 1}
+    (tmp_path / "plan.json").write_text(json.dumps(plan | {"engines": ["kokoro"]}))
+    (tmp_path / "everyday").mkdir()
+    extra = {"hours": 3, "seed": 6, "test_size": 0, "dev_size": 0, "text": ["everyday"]}
+    extra |= {"engines": ["piper"], "exclude": ["data/live/dev.jsonl"]}
+    (tmp_path / "everyday" / "plan.json").write_text(json.dumps(plan | extra))
+    row = {"engine": "kokoro", "voice": "af_sky", "duration": 1800.0, "aug": []}
+    for name in ("train", "dev", "test_seen_voices", "test_unseen_voices"):
+        write_jsonl(tmp_path / f"{name}.jsonl", [row])
+    merged = tmp_path / "train_all.jsonl"
+    write_jsonl(merged, [row, row | {"engine": "piper", "voice": "joe"}])
+    run = tmp_path / "run"
+    run.mkdir()
+    assert publish_model.trained_on(run, tmp_path) == tmp_path / "train.jsonl"  # no config
+    Config.load(REPO / "training/configs/whisper.yaml", [f"train.train_manifest={merged}"]).save(
+        run / "config.json"
+    )
+    assert publish_model.trained_on(run, tmp_path) == merged
+
+    facts = corpus_facts(tmp_path, data_arg="data/live", train=merged)
+    assert (facts["train_utterances"], facts["train_hours"]) == (2, 1.0)
+    assert facts["voices"] == {"kokoro": 1, "piper": 1}
+    first, supplement, merge = re.split(r"\n    (?=python|asr)", facts["command"])
+    assert first.startswith("python -m training.recipes.synth_corpus --out data/live --hours 12")
+    assert "--exclude" not in first
+    assert supplement.startswith(
+        "python -m training.recipes.synth_corpus --out data/live/everyday --hours 3 --seed 6"
+    )
+    assert supplement.endswith("--text everyday \\\n      --exclude data/live/dev.jsonl")
+    assert merge == (
+        f"asr prepare merge data/live/train.jsonl data/live/everyday/train.jsonl --out {merged}"
+    )
+    assert corpus_facts(tmp_path)["train_utterances"] == 1  # the corpus's own train split
 
 
 def test_status_says_whether_targets_are_reached() -> None:

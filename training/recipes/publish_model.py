@@ -85,7 +85,7 @@ def evaluate_run(
         ):
             print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
-            argv += ["--out", str(out), "--train-manifest", str(data / "train.jsonl"), *search]
+            argv += ["--out", str(out), "--train-manifest", str(trained_on(run, data)), *search]
             argv += ["--ctc-weight", str(ctc_weight)]
             if fused:
                 argv += ["--beam", str(LM_BEAM), "--lm-weight", str(lm_weight)]
@@ -148,38 +148,68 @@ def _command(card: Path) -> str:
     raise ValueError(f"{card}: no training command line")
 
 
+def trained_on(run: Path, data: Path) -> Path:
+    """The manifest ``run`` trained on (its config's train.train_manifest), or the corpus's
+    train split when the run's config does not name one."""
+    config = run / "config.json"
+    named = Config.load(config).train.train_manifest if config.is_file() else ""
+    return Path(named) if named else data / "train.jsonl"
+
+
+def synth_command(plan: dict[str, Any], out: str) -> str:
+    """The synth_corpus command that planned a corpus, from its plan.json, writing to ``out``."""
+    text = plan.get("text", list(DEFAULT_TEXT))  # corpora planned before --text have the default
+    text_arg = "" if tuple(text) == DEFAULT_TEXT else f" --text {' '.join(text)}"
+    install = " --install" if plan.get("install") else ""
+    exclude = plan.get("exclude") or []
+    return (
+        f"python -m training.recipes.synth_corpus --out {out} --hours {plan['hours']:g} "
+        f"--seed {plan['seed']} --jobs {plan['jobs']}{install} --aug-prob {plan['aug_prob']:g}"
+        f" \\\n      --test-size {plan['test_size']} --dev-size {plan['dev_size']} "
+        f"--engines {' '.join(plan['engines'])}"
+        + text_arg
+        + (f" \\\n      --exclude {' '.join(exclude)}" if exclude else "")
+    )
+
+
 def corpus_facts(
-    data: Path, splits: tuple[str, ...] = SPLITS, data_arg: str = DATA_ARG
+    data: Path,
+    splits: tuple[str, ...] = SPLITS,
+    data_arg: str = DATA_ARG,
+    train: Path | None = None,
 ) -> dict[str, Any]:
     """What the card says about the corpus, read from its manifests and plan.json;
-    ``data_arg``: how the corpus command names the corpus directory."""
+    ``data_arg``: how the corpus command names the corpus directory. ``train``: the
+    manifest the model trained on, when not the corpus's train split: the corpus's train
+    split merged (`asr prepare merge`) with supplements planned in its subdirectories."""
     plan = json.loads((data / "plan.json").read_text())
-    train = [json.loads(line) for line in (data / "train.jsonl").open(encoding="utf-8")]
+    train = train or data / "train.jsonl"
+    rows = [json.loads(line) for line in train.open(encoding="utf-8")]
+    supplements = sorted(p.parent for p in data.glob("*/plan.json"))
+    commands = [synth_command(plan, data_arg)]
+    if train != data / "train.jsonl":
+        commands += [
+            synth_command(json.loads((d / "plan.json").read_text()), f"{data_arg}/{d.name}")
+            for d in supplements
+        ]
+        merged = " ".join(f"{data_arg}/{d.name}/train.jsonl" for d in supplements)
+        commands.append(f"asr prepare merge {data_arg}/train.jsonl {merged} --out {train}")
     voices: dict[str, set[str]] = {}
-    for row in train:
+    for row in rows:
         voices.setdefault(row["engine"], set()).add(row["voice"])
     sizes = {
         split: sum(1 for _ in (data / f"{split}.jsonl").open(encoding="utf-8"))
         for split in ("dev", *splits)
     }
-    engines = " ".join(plan["engines"])
-    text = plan.get("text", list(DEFAULT_TEXT))  # corpora planned before --text have the default
-    text_arg = "" if tuple(text) == DEFAULT_TEXT else f" --text {' '.join(text)}"
-    install = " --install" if plan.get("install") else ""
     return {
-        "train_utterances": len(train),
-        "train_hours": sum(row["duration"] for row in train) / 3600,
-        "augmented": sum(bool(row["aug"]) for row in train) / max(len(train), 1),
+        "train_utterances": len(rows),
+        "train_hours": sum(row["duration"] for row in rows) / 3600,
+        "augmented": sum(bool(row["aug"]) for row in rows) / max(len(rows), 1),
         "voices": {engine: len(names) for engine, names in sorted(voices.items())},
         "engines": list(plan["engines"]),
-        "text": list(text),
+        "text": list(plan.get("text", list(DEFAULT_TEXT))),
         "sizes": sizes,
-        "command": (
-            f"python -m training.recipes.synth_corpus --out {data_arg} --hours {plan['hours']:g} "
-            f"--seed {plan['seed']} --jobs {plan['jobs']}{install} --aug-prob {plan['aug_prob']:g}"
-            f" \\\n      --test-size {plan['test_size']} --dev-size {plan['dev_size']} "
-            f"--engines {engines}" + text_arg
-        ),
+        "command": "\n    ".join(commands),
     }
 
 
