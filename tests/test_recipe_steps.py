@@ -67,7 +67,7 @@ def test_a_finished_distillation_is_not_run_again(tmp_path: Path) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "skipped", done.stderr
 
 
-def test_init_starts_the_monotonic_run_from_a_bundle_at_init_lr_and_the_baseline_from_scratch(
+def test_init_starts_each_run_from_its_bundle_at_init_lr_and_a_baseline_without_from_scratch(
     tmp_path: Path,
 ) -> None:
     stub = tmp_path / "bin"
@@ -75,20 +75,32 @@ def test_init_starts_the_monotonic_run_from_a_bundle_at_init_lr_and_the_baseline
     (stub / "asr").write_text('#!/bin/bash\necho "$@"\n')  # prints what it was asked to do
     (stub / "asr").chmod(0o755)
     path = f"PATH={stub}:/usr/bin:/bin"
-    cases = (
-        ("", "", []),
-        ("models/default", "", ["train.init=models/default"]),
-        ("models/default", "0.0005", ["train.init=models/default", "train.lr=0.0005"]),
+    cases = (  # INIT, BASELINE_INIT, INIT_LR; the monotonic run's and the baseline's settings
+        ("", "", "", [], []),
+        ("models/default", "", "", ["train.init=models/default"], []),
+        (
+            "models/default",
+            "",
+            "0.0005",
+            ["train.init=models/default", "train.lr=0.0005"],
+            [],
+        ),
+        (
+            "models/default",
+            "exp/softmax/best_bundle",
+            "0.0005",
+            ["train.init=models/default", "train.lr=0.0005"],
+            ["train.init=exp/softmax/best_bundle", "train.lr=0.0005"],
+        ),
     )
-    for number, (init, lr, expected) in enumerate(cases):
+    for number, (init, baseline, lr, expected, expected_baseline) in enumerate(cases):
         exp = tmp_path / f"exp{number}"
         exp.mkdir()
-        done = bash(
-            f"{path} INIT={init} INIT_LR={lr} train_side_by_side {exp} c.yaml a=1", tmp_path
-        )
+        settings = f"INIT={init} BASELINE_INIT={baseline} INIT_LR={lr}"
+        done = bash(f"{path} {settings} train_side_by_side {exp} c.yaml a=1", tmp_path)
         assert done.returncode == 0, done.stderr
         monotonic = (exp / "monotonic.log").read_text().split()
         softmax = (exp / "softmax.log").read_text().split()
         assert [w for w in monotonic if w.startswith(("train.init", "train.lr"))] == expected
-        assert not [w for w in softmax if w.startswith(("train.init", "train.lr"))]
+        assert [w for w in softmax if w.startswith(("train.init", "train.lr"))] == expected_baseline
         assert "a=1" in monotonic and "model.attention.kind=softmax" in softmax

@@ -47,14 +47,17 @@ distill_student() {  # $1 = run dir, $2 = corpus dir, then config overrides
 train_side_by_side() {  # $1 = experiment dir, $2 = config, then overrides for both runs
   # The monotonic model and its softmax baseline, one thread each, same data and budget;
   # logs in $1/monotonic.log and $1/softmax.log (a resumed run appends to its log).
-  # INIT=BUNDLE starts the monotonic model from that bundle (train.init), at learning rate
-  # INIT_LR when set; the baseline starts from scratch, as no softmax bundle is published.
-  local exp=$1 config=$2 kind pids=() start
+  # INIT=BUNDLE starts the monotonic model from that bundle (train.init), BASELINE_INIT the
+  # softmax baseline, each at learning rate INIT_LR when set; a baseline without one starts
+  # from scratch (no softmax bundle is published).
+  local exp=$1 config=$2 kind pids=() start init
   shift 2
   for kind in monotonic softmax; do
     start=()
-    if [ "$kind" = monotonic ] && [ -n "${INIT:-}" ]; then
-      start=("train.init=$INIT" ${INIT_LR:+"train.lr=$INIT_LR"})
+    init=${INIT:-}
+    [ "$kind" = monotonic ] || init=${BASELINE_INIT:-}
+    if [ -n "$init" ]; then
+      start=("train.init=$init" ${INIT_LR:+"train.lr=$INIT_LR"})
     fi
     # shellcheck disable=SC2046
     asr train --config "$config" "$@" "${start[@]}" train.threads=1 model.attention.kind="$kind" \

@@ -16,6 +16,10 @@
 #                its weights, tokenizer and CMVN the monotonic model (train.init)
 #   INIT_LR=LR   the monotonic model's learning rate when it goes on from INIT (default 0.0005;
 #                a restart at the config's 0.003 undoes more than the run then learns)
+#   BASELINE_INIT=BUNDLE  the softmax baseline goes on from this bundle (e.g. an earlier
+#                run's best_bundle) at INIT_LR too; unset, it starts from scratch
+#   RUNS=DIR     where the side-by-side runs go (default $EXP): with INIT, new runs go on
+#                from the bundles on $EXP's corpus, student and frames
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
@@ -26,22 +30,41 @@ DISTILL_EPOCHS=${DISTILL_EPOCHS:-2}
 REAL=${REAL:-}
 PUBLISH=${PUBLISH:-models/default}
 INIT=${INIT:-}
+BASELINE_INIT=${BASELINE_INIT:-}
+RUNS=${RUNS:-$EXP}
 STUDENT=$EXP/student/student
+copy_init() {  # $1 = bundle, $2 = name: prints the path of its copy in $RUNS, made once
+  # (publishing may replace the bundle)
+  mkdir -p "$RUNS/$2"
+  [ -f "$RUNS/$2/config.json" ] || cp -r "$1"/. "$RUNS/$2/"
+  echo "$RUNS/$2"
+}
 START=()  # the distillation's starting point: the teacher's weights, or INIT's student
 if [ -n "$INIT" ]; then
-  mkdir -p "$EXP/init"  # a copy: publishing may replace $INIT
-  [ -f "$EXP/init/config.json" ] || cp -r "$INIT"/. "$EXP/init/"
-  INIT=$EXP/init
+  INIT=$(copy_init "$INIT" init-monotonic)
   START=(distill.init="$INIT/whisper_encoder.safetensors")
 fi
-export INIT INIT_LR=${INIT_LR:-0.0005}
+[ -z "$BASELINE_INIT" ] || BASELINE_INIT=$(copy_init "$BASELINE_INIT" init-softmax)
+export INIT BASELINE_INIT INIT_LR=${INIT_LR:-0.0005}
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 
+ENGINES=(kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1)
+TRAIN=$DATA/train_all.jsonl  # the corpus's train split and the everyday supplement's
+
 corpus() {
   python -m training.recipes.synth_corpus --out "$DATA" --hours 12 --seed 5 --jobs 2 --install \
-    --engines kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1 \
+    --engines "${ENGINES[@]}" \
     --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
+}
+
+everyday() {  # 3 more hours of everyday material (numbers, letters, commands, one or two
+  # words: what test_short measures, and 1 of the corpus's 11.5 train hours), its own seed,
+  # no held-out sentence; merged with the corpus's train split for training
+  python -m training.recipes.synth_corpus --out "$DATA/everyday" --hours 3 --seed 6 --jobs 2 \
+    --install --engines "${ENGINES[@]}" --text everyday --test-size 0 --dev-size 0 \
+    --exclude "$DATA"/dev.jsonl "$DATA"/test_*.jsonl
+  asr prepare merge "$DATA/train.jsonl" "$DATA/everyday/train.jsonl" --out "$TRAIN"
 }
 
 long_clips() {  # 12-28 s of one voice reading on: a student distilled on a few seconds at a
@@ -58,10 +81,10 @@ distill() {  # the teacher's outputs are cached first (distill.cache_dir), then 
 }
 
 SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
-  train.train_manifest="$DATA/train.jsonl" train.valid_manifest="$DATA/dev.jsonl")
+  train.train_manifest="$TRAIN" train.valid_manifest="$DATA/dev.jsonl")
 
 frames() {  # the student's states, once, for both trainings: one shard per core
-  local manifests=("$DATA"/train.jsonl "$DATA"/dev.jsonl "$DATA"/test_*.jsonl) k pids=()
+  local manifests=("$TRAIN" "$DATA"/dev.jsonl "$DATA"/test_*.jsonl) k pids=()
   for k in 1 2; do
     python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
       --manifest "${manifests[@]}" --shard "$k/2" &
@@ -71,7 +94,7 @@ frames() {  # the student's states, once, for both trainings: one shard per core
 }
 
 side_by_side() {
-  train_side_by_side "$EXP" training/configs/whisper.yaml "${SETTINGS[@]}" train.max_minutes="$MINUTES"
+  train_side_by_side "$RUNS" training/configs/whisper.yaml "${SETTINGS[@]}" train.max_minutes="$MINUTES"
 }
 
 publish() {  # every evaluation and benchmark of the card, cached in the runs: a rerun resumes
@@ -80,11 +103,12 @@ publish() {  # every evaluation and benchmark of the card, cached in the runs: a
     [ -f "$REAL/all.jsonl" ] || python bench/real_speech.py --manifests "$REAL"
     real=(--real "$REAL")
   fi
-  python -m training.recipes.publish_model --run "$EXP/monotonic" --baseline "$EXP/softmax" \
+  python -m training.recipes.publish_model --run "$RUNS/monotonic" --baseline "$RUNS/softmax" \
     --data "$DATA" --out "$PUBLISH" --first-gen models/first-gen --steps "$EXP/steps.tsv" "${real[@]}"
 }
 
 timed "$steps" corpus corpus
+timed "$steps" "everyday supplement" everyday
 timed "$steps" "long clips" long_clips
 timed "$steps" distillation distill
 timed "$steps" frames frames
