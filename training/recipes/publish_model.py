@@ -185,9 +185,9 @@ def corpus_facts(
     plan = json.loads((data / "plan.json").read_text())
     train = train or data / "train.jsonl"
     rows = [json.loads(line) for line in train.open(encoding="utf-8")]
-    supplements = sorted(p.parent for p in data.glob("*/plan.json"))
     commands = [synth_command(plan, data_arg)]
     if train != data / "train.jsonl":
+        supplements = sorted(p.parent for p in data.glob("*/plan.json"))
         commands += [
             synth_command(json.loads((d / "plan.json").read_text()), f"{data_arg}/{d.name}")
             for d in supplements
