@@ -124,12 +124,16 @@ class Recognizer:
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
         return plain_text(self.transcribe_segments(samples, sample_rate))
 
+    def set_search_arguments(self, args: argparse.Namespace) -> None:
+        """``set_search`` with what a command's ``add_search_arguments`` options parsed to."""
+        self.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight, --two-pass and --ctc-weight, the search settings a command may
-    override (``Recognizer.set_search(args.beam, args.lm_weight, args.two_pass,
-    args.ctc_weight)``); ``greedy``: a command that searches greedily unless told otherwise
-    (beam 1, LM weight 0), not as the bundle serves."""
+    override (``Recognizer.set_search_arguments(args)`` applies them); ``greedy``: a command
+    that searches greedily unless told otherwise (beam 1, LM weight 0), not as the bundle
+    serves."""
     if greedy:
         parser.set_defaults(beam=1, lm_weight=0.0)
     serves = "1, greedy" if greedy else "the bundle's decode.beam_size"

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             "`asr train` (see README.md) and put it there"
         )
     recognizer = load_model(args.model)
-    recognizer.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+    recognizer.set_search_arguments(args)
     if args.out_dir is not None:
         args.out_dir.mkdir(parents=True, exist_ok=True)
 

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     recognizer = load_model(args.model)
-    recognizer.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+    recognizer.set_search_arguments(args)
     decode = recognizer.config.decode
     settings = args.restart or sorted({0.0, decode.restart_pause_s})
     noise = "no noise" if args.noise_db is None else f"noise at {args.noise_db:g} dBFS"

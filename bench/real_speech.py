@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, list[str]] = {}
         for path in [ROOT / "models" / "default"] if args.model is None else args.model:
             recognizer = load_model(path)
-            recognizer.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+            recognizer.set_search_arguments(args)
             started = time.monotonic()
             _, records = evaluate(recognizer, everything)
             print(f"{path}: {time.monotonic() - started:.0f} s", file=sys.stderr)

@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recognizer = load_model(args.model)
-    recognizer.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+    recognizer.set_search_arguments(args)
     if args.train_manifest and args.phones:
         raise ValueError(
             "--train-manifest scores words by frequency; it does not apply to --phones"
