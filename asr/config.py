@@ -165,6 +165,14 @@ class DecodeConfig:
     # alongside as they arrive (over the teacher's states with two_pass, at the segment's
     # end). Finals may then differ from the last partial.
     greedy_partials: bool = False
+    # Digital silence (seconds) after the last sample when a stream finishes: every training
+    # utterance ends in some, and a clip cut right after its last word otherwise loses that
+    # word's end to the encoders' chunk (the final then costs one more chunk of encoding)
+    end_pad_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.end_pad_s < 0:
+            raise ValueError(f"decode.end_pad_s must be at least 0, got {self.end_pad_s}")
 
     def greedy(self) -> DecodeConfig:
         """These settings searched greedily without the LM (the search partials come from);

@@ -69,6 +69,41 @@ def test_streaming_equals_offline_token_for_token(
     assert emitted > 0  # random weights with r = 0 emit tokens, so the comparison means something
 
 
+def test_end_pad_streams_silence_through_the_encoders_at_finish(
+    recognizer: Recognizer, utterances: list[tuple[np.ndarray, int]]
+) -> None:
+    """decode.end_pad_s: finish() first feeds that much digital silence, so a clip cut right
+    after its last word reads as one that went on in silence (the decoder scans states it
+    would not have seen); the caller's audio time stays what the caller sent, and the config
+    refuses a negative pad."""
+    from dataclasses import replace
+
+    from asr.audio import resample
+    from asr.config import DecodeConfig
+
+    x = resample(*utterances[1], 16000)
+    config = recognizer.config
+    decode = replace(config.decode, end_pad_s=0.3)
+    padded = replace(recognizer, config=replace(config, decode=decode))
+
+    def run(r: Recognizer, audio: np.ndarray) -> tuple[list, int, float]:
+        session = r.stream(16000)
+        events = session.accept(audio) + session.finish()
+        return finals(events), session.energy_evaluations, session.audio_seconds
+
+    pad = np.zeros(4800, np.float32)
+    got, plain, silent = (
+        run(padded, x),
+        run(recognizer, x),
+        run(recognizer, np.concatenate([x, pad])),
+    )
+    assert got[:2] == silent[:2]
+    assert got[1] > plain[1]
+    assert got[2] == plain[2] == pytest.approx(len(x) / 16000)
+    with pytest.raises(ValueError, match="end_pad_s must be at least 0"):
+        DecodeConfig(end_pad_s=-0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2 * 3600)  # an hour of audio: minutes, more on a busy machine
 def test_sixty_minute_stream_stays_under_a_fixed_memory_bound(
