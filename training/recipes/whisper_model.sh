@@ -20,6 +20,8 @@
 #                run's best_bundle) at INIT_LR too; unset, it starts from scratch
 #   RUNS=DIR     where the side-by-side runs go (default $EXP): with INIT, new runs go on
 #                from the bundles on $EXP's corpus, student and frames
+#   EXCLUDE="M..." manifests whose sentences the everyday supplements must not speak either,
+#                besides the corpus's dev and test splits (e.g. a set search settings are tuned on)
 #   MINUTES, DISTILL_EPOCHS  the training budget of each side-by-side run, the student's epochs
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
@@ -32,6 +34,7 @@ PUBLISH=${PUBLISH:-models/default}
 INIT=${INIT:-}
 BASELINE_INIT=${BASELINE_INIT:-}
 RUNS=${RUNS:-$EXP}
+read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 STUDENT=$EXP/student/student
 copy_init() {  # $1 = bundle, $2 = name: prints the path of its copy in $RUNS, made once
   # (publishing may replace the bundle)
@@ -50,7 +53,8 @@ mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 
 ENGINES=(kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1)
-TRAIN=$DATA/train_all.jsonl  # the corpus's train split and the everyday supplement's
+TRAIN=$DATA/train_all.jsonl  # the corpus's train split and the everyday supplements'
+DEV=$DATA/dev_all.jsonl  # the corpus's dev split and the second supplement's
 
 corpus() {
   python -m training.recipes.synth_corpus --out "$DATA" --hours 12 --seed 5 --jobs 2 --install \
@@ -58,13 +62,24 @@ corpus() {
     --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
 }
 
-everyday() {  # 3 more hours of everyday material (numbers, letters, commands, one or two
-  # words: what test_short measures, and 1 of the corpus's 11.5 train hours), its own seed,
-  # no held-out sentence; merged with the corpus's train split for training
-  python -m training.recipes.synth_corpus --out "$DATA/everyday" --hours 3 --seed 6 --jobs 2 \
-    --install --engines "${ENGINES[@]}" --text everyday --test-size 0 --dev-size 0 \
-    --exclude "$DATA"/dev.jsonl "$DATA"/test_*.jsonl
-  asr prepare merge "$DATA/train.jsonl" "$DATA/everyday/train.jsonl" --out "$TRAIN"
+supplement() {  # $1 = folder in $DATA, $2 = hours, $3 = seed, $4 = dev utterances, then
+  # manifests whose sentences it must not speak: everyday material (numbers, letters,
+  # commands, one or two words: what test_short measures, and 1 of the corpus's 11.5 train
+  # hours), its own seed, no held-out sentence
+  local out=$DATA/$1 hours=$2 seed=$3 dev=$4
+  shift 4
+  python -m training.recipes.synth_corpus --out "$out" --hours "$hours" --seed "$seed" --jobs 2 \
+    --install --engines "${ENGINES[@]}" --text everyday --test-size 0 --dev-size "$dev" \
+    --exclude "$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}" "$@"
+}
+
+everyday() {  # 3 hours, then 2 more of sentences neither the corpus nor the first speaks,
+  # with 100 for validation: the corpus's dev split holds few short utterances, so alone it
+  # chose checkpoints that read them worse. Training reads the corpus's train split and both.
+  supplement everyday 3 6 0
+  supplement everyday2 2 7 100 "$DATA/train.jsonl" "$DATA/everyday/train.jsonl"
+  asr prepare merge "$DATA/train.jsonl" "$DATA"/everyday{,2}/train.jsonl --out "$TRAIN"
+  asr prepare merge "$DATA/dev.jsonl" "$DATA/everyday2/dev.jsonl" --out "$DEV"
 }
 
 long_clips() {  # 12-28 s of one voice reading on: a student distilled on a few seconds at a
@@ -81,10 +96,10 @@ distill() {  # the teacher's outputs are cached first (distill.cache_dir), then 
 }
 
 SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
-  train.train_manifest="$TRAIN" train.valid_manifest="$DATA/dev.jsonl")
+  train.train_manifest="$TRAIN" train.valid_manifest="$DEV")
 
 frames() {  # the student's states, once, for both trainings: one shard per core
-  local manifests=("$TRAIN" "$DATA"/dev.jsonl "$DATA"/test_*.jsonl) k pids=()
+  local manifests=("$TRAIN" "$DEV" "$DATA"/test_*.jsonl) k pids=()
   for k in 1 2; do
     python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
       --manifest "${manifests[@]}" --shard "$k/2" &
