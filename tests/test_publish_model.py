@@ -73,42 +73,56 @@ def test_corpus_facts_count_the_manifests(tmp_path: Path) -> None:
     )
 
 
-def test_corpus_facts_of_a_merged_training_manifest(tmp_path: Path) -> None:
-    """A model trained on the corpus merged with a supplement: the card counts what it
-    trained on and gives the supplement's command and the merge."""
+def test_corpus_facts_of_merged_training_and_dev_manifests(tmp_path: Path) -> None:
+    """A model trained on the corpus merged with two supplements and validated on its dev
+    split merged with the second's: the card counts what it trained and validated on and
+    gives each supplement's command and both merges."""
     plan = {"hours": 12, "seed": 5, "jobs": 2, "aug_prob": 0.8, "test_size": 2, "dev_size": 1}
     (tmp_path / "plan.json").write_text(json.dumps(plan | {"engines": ["kokoro"]}))
-    (tmp_path / "everyday").mkdir()
     extra = {"hours": 3, "seed": 6, "test_size": 0, "dev_size": 0, "text": ["everyday"]}
     extra |= {"engines": ["piper"], "exclude": ["data/live/dev.jsonl"]}
-    (tmp_path / "everyday" / "plan.json").write_text(json.dumps(plan | extra))
+    for name, more in (("everyday", {}), ("everyday2", {"seed": 7, "dev_size": 3})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_text(json.dumps(plan | extra | more))
     row = {"engine": "kokoro", "voice": "af_sky", "duration": 1800.0, "aug": []}
     for name in ("train", "dev", "test_seen_voices", "test_unseen_voices"):
         write_jsonl(tmp_path / f"{name}.jsonl", [row])
-    merged = tmp_path / "train_all.jsonl"
+    merged, dev = tmp_path / "train_all.jsonl", tmp_path / "dev_all.jsonl"
     write_jsonl(merged, [row, row | {"engine": "piper", "voice": "joe"}])
+    write_jsonl(dev, [row] * 4)
     run = tmp_path / "run"
     run.mkdir()
-    assert publish_model.trained_on(run, tmp_path) == tmp_path / "train.jsonl"  # no config
-    Config.load(REPO / "training/configs/whisper.yaml", [f"train.train_manifest={merged}"]).save(
-        run / "config.json"
-    )
-    assert publish_model.trained_on(run, tmp_path) == merged
+    corpus = (tmp_path / "train.jsonl", tmp_path / "dev.jsonl")
+    assert publish_model.run_manifests(run, tmp_path) == corpus  # no config
+    settings = [f"train.train_manifest={merged}", f"train.valid_manifest={dev}"]
+    Config.load(REPO / "training/configs/whisper.yaml", settings).save(run / "config.json")
+    assert publish_model.run_manifests(run, tmp_path) == (merged, dev)
 
-    facts = corpus_facts(tmp_path, data_arg="data/live", train=merged)
+    facts = corpus_facts(tmp_path, data_arg="data/live", manifests=(merged, dev))
     assert (facts["train_utterances"], facts["train_hours"]) == (2, 1.0)
     assert facts["voices"] == {"kokoro": 1, "piper": 1}
-    first, supplement, merge = re.split(r"\n    (?=python|asr)", facts["command"])
+    assert facts["sizes"]["dev"] == 4
+    first, *supplements, train_merge, dev_merge = re.split(
+        r"\n    (?=python|asr)", facts["command"]
+    )
     assert first.startswith("python -m training.recipes.synth_corpus --out data/live --hours 12")
     assert "--exclude" not in first
-    assert supplement.startswith(
-        "python -m training.recipes.synth_corpus --out data/live/everyday --hours 3 --seed 6"
+    assert [s.split(" --hours")[0].split()[-1] for s in supplements] == [
+        "data/live/everyday",
+        "data/live/everyday2",
+    ]
+    assert supplements[0].endswith("--text everyday \\\n      --exclude data/live/dev.jsonl")
+    assert "--seed 7 --jobs 2" in supplements[1] and "--dev-size 3" in supplements[1]
+    assert train_merge == (
+        "asr prepare merge data/live/train.jsonl data/live/everyday/train.jsonl "
+        f"data/live/everyday2/train.jsonl --out {merged}"
     )
-    assert supplement.endswith("--text everyday \\\n      --exclude data/live/dev.jsonl")
-    assert merge == (
-        f"asr prepare merge data/live/train.jsonl data/live/everyday/train.jsonl --out {merged}"
+    assert (
+        dev_merge
+        == f"asr prepare merge data/live/dev.jsonl data/live/everyday2/dev.jsonl --out {dev}"
     )
-    assert corpus_facts(tmp_path)["train_utterances"] == 1  # the corpus's own train split
+    assert corpus_facts(tmp_path)["train_utterances"] == 1  # the corpus's own splits
+    assert corpus_facts(tmp_path)["sizes"]["dev"] == 1
 
 
 def test_status_says_whether_targets_are_reached() -> None:

@@ -31,7 +31,7 @@ import soundfile
 import torch
 
 from asr.bundle import load_model
-from asr.config import Config
+from asr.config import Config, TrainConfig
 from asr.lm import LM_FILE
 from training.dataset import entry_audio
 from training.evaluate import add_arguments as add_eval_arguments
@@ -85,7 +85,13 @@ def evaluate_run(
         ):
             print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
-            argv += ["--out", str(out), "--train-manifest", str(trained_on(run, data)), *search]
+            argv += [
+                "--out",
+                str(out),
+                "--train-manifest",
+                str(run_manifests(run, data)[0]),
+                *search,
+            ]
             argv += ["--ctc-weight", str(ctc_weight)]
             if fused:
                 argv += ["--beam", str(LM_BEAM), "--lm-weight", str(lm_weight)]
@@ -148,12 +154,15 @@ def _command(card: Path) -> str:
     raise ValueError(f"{card}: no training command line")
 
 
-def trained_on(run: Path, data: Path) -> Path:
-    """The manifest ``run`` trained on (its config's train.train_manifest), or the corpus's
-    train split when the run's config does not name one."""
+def run_manifests(run: Path, data: Path) -> tuple[Path, Path]:
+    """The manifests ``run`` trained and validated on (its config's train.train_manifest and
+    train.valid_manifest), or the corpus's train and dev splits where the config names none."""
     config = run / "config.json"
-    named = Config.load(config).train.train_manifest if config.is_file() else ""
-    return Path(named) if named else data / "train.jsonl"
+    train = Config.load(config).train if config.is_file() else TrainConfig()
+    return (
+        Path(train.train_manifest or data / "train.jsonl"),
+        Path(train.valid_manifest or data / "dev.jsonl"),
+    )
 
 
 def synth_command(plan: dict[str, Any], out: str) -> str:
@@ -176,30 +185,36 @@ def corpus_facts(
     data: Path,
     splits: tuple[str, ...] = SPLITS,
     data_arg: str = DATA_ARG,
-    train: Path | None = None,
+    manifests: tuple[Path, Path] | None = None,
 ) -> dict[str, Any]:
     """What the card says about the corpus, read from its manifests and plan.json;
-    ``data_arg``: how the corpus command names the corpus directory. ``train``: the
-    manifest the model trained on, when not the corpus's train split: the corpus's train
-    split merged (`asr prepare merge`) with supplements planned in its subdirectories."""
+    ``data_arg``: how the corpus command names the corpus directory. ``manifests``: what the
+    model trained and validated on (``run_manifests``), when not the corpus's train and dev
+    splits: those merged (`asr prepare merge`) with supplements planned in its subdirectories."""
     plan = json.loads((data / "plan.json").read_text())
-    train = train or data / "train.jsonl"
+    train, valid = manifests or (data / "train.jsonl", data / "dev.jsonl")
     rows = [json.loads(line) for line in train.open(encoding="utf-8")]
     commands = [synth_command(plan, data_arg)]
-    if train != data / "train.jsonl":
-        supplements = sorted(p.parent for p in data.glob("*/plan.json"))
-        commands += [
-            synth_command(json.loads((d / "plan.json").read_text()), f"{data_arg}/{d.name}")
-            for d in supplements
-        ]
-        merged = " ".join(f"{data_arg}/{d.name}/train.jsonl" for d in supplements)
-        commands.append(f"asr prepare merge {data_arg}/train.jsonl {merged} --out {train}")
+    supplements = {
+        d: json.loads((d / "plan.json").read_text())
+        for d in sorted(p.parent for p in data.glob("*/plan.json"))
+    }
+    merges = [
+        ("train", train, list(supplements)),
+        ("dev", valid, [d for d, p in supplements.items() if p["dev_size"] > 0]),
+    ]
+    merges = [(split, out, parts) for split, out, parts in merges if out != data / f"{split}.jsonl"]
+    if merges:
+        commands += [synth_command(p, f"{data_arg}/{d.name}") for d, p in supplements.items()]
+    for split, out, parts in merges:
+        merged = " ".join(f"{data_arg}/{d.name}/{split}.jsonl" for d in parts)
+        commands.append(f"asr prepare merge {data_arg}/{split}.jsonl {merged} --out {out}")
     voices: dict[str, set[str]] = {}
     for row in rows:
         voices.setdefault(row["engine"], set()).add(row["voice"])
     sizes = {
-        split: sum(1 for _ in (data / f"{split}.jsonl").open(encoding="utf-8"))
-        for split in ("dev", *splits)
+        split: sum(1 for _ in path.open(encoding="utf-8"))
+        for split, path in [("dev", valid), *((s, data / f"{s}.jsonl") for s in splits)]
     }
     return {
         "train_utterances": len(rows),

@@ -45,9 +45,9 @@ from training.recipes.publish_model import (
     ctc_tag,
     evaluate_run,
     is_fresh,
+    run_manifests,
     ship_sample,
     shown,
-    trained_on,
     training_facts,
 )
 
@@ -1075,7 +1075,9 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     files = {p.name: p.stat().st_size for p in sorted(args.out.iterdir()) if p.is_file()}
     files.pop("README.md", None)  # training's card, replaced below
     first = columns["first_gen"]
-    corpus = corpus_facts(args.data, synthetic, shown(args.data), trained_on(args.run, args.data))
+    corpus = corpus_facts(
+        args.data, synthetic, shown(args.data), run_manifests(args.run, args.data)
+    )
     metrics: dict[str, Any] = {
         "generation": 2,
         "out": shown(args.out),
