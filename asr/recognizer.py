@@ -46,9 +46,10 @@ class Recognizer:
         lm_weight: float | None = None,
         two_pass: bool | None = None,
         ctc_weight: float | None = None,
+        end_pad: float | None = None,
     ) -> None:
-        """Override the bundle's beam size, LM weight, two-pass finals and joint CTC weight
-        (None keeps them), checking each."""
+        """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight and
+        end-of-stream silence (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
@@ -66,6 +67,10 @@ class Recognizer:
         if ctc_weight is not None:
             check_weight(ctc_weight, self.model.ctc is not None, "--ctc-weight")
             decode.ctc_weight = ctc_weight
+        if end_pad is not None:
+            if end_pad < 0:
+                raise ValueError(f"--end-pad must be >= 0 seconds, got {end_pad}")
+            decode.end_pad_s = end_pad
         if decode.lm_weight > 0 and self.lm is None:
             if self.lm_file is None:
                 raise ValueError(
@@ -126,11 +131,11 @@ class Recognizer:
 
     def set_search_arguments(self, args: argparse.Namespace) -> None:
         """``set_search`` with what a command's ``add_search_arguments`` options parsed to."""
-        self.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight)
+        self.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight, args.end_pad)
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass and --ctc-weight, the search settings a command may
+    """--beam, --lm-weight, --two-pass, --ctc-weight and --end-pad, the search settings a command may
     override (``Recognizer.set_search_arguments(args)`` applies them); ``greedy``: a command
     that searches greedily unless told otherwise (beam 1, LM weight 0), not as the bundle
     serves."""
@@ -155,4 +160,11 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         type=float,
         help="joint scoring with the model's CTC head, 0 <= w < 1 (default: the bundle's "
         "decode.ctc_weight)",
+    )
+    parser.add_argument(
+        "--end-pad",
+        type=float,
+        metavar="SECONDS",
+        help="silence streamed through the encoders when the audio ends (default: the "
+        "bundle's decode.end_pad_s)",
     )
