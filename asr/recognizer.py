@@ -135,10 +135,10 @@ class Recognizer:
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass, --ctc-weight and --end-pad, the search settings a command may
-    override (``Recognizer.set_search_arguments(args)`` applies them); ``greedy``: a command
-    that searches greedily unless told otherwise (beam 1, LM weight 0), not as the bundle
-    serves."""
+    """--beam, --lm-weight, --two-pass, --ctc-weight and --end-pad, the search settings a
+    command may override (``Recognizer.set_search_arguments(args)`` applies them);
+    ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
+    not as the bundle serves."""
     if greedy:
         parser.set_defaults(beam=1, lm_weight=0.0)
     serves = "1, greedy" if greedy else "the bundle's decode.beam_size"

@@ -85,13 +85,8 @@ def evaluate_run(
         ):
             print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
-            argv += [
-                "--out",
-                str(out),
-                "--train-manifest",
-                str(run_manifests(run, data)[0]),
-                *search,
-            ]
+            trained_on = run_manifests(run, data)[0]
+            argv += ["--out", str(out), "--train-manifest", str(trained_on), *search]
             argv += ["--ctc-weight", str(ctc_weight)]
             if fused:
                 argv += ["--beam", str(LM_BEAM), "--lm-weight", str(lm_weight)]
