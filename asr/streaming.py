@@ -159,7 +159,6 @@ class StreamingSession:
         self.sample_rate = check_sample_rate(sample_rate)
         self._resampler = StreamResampler(self.sample_rate, frontend.sample_rate)
         decode = config.decode
-        self._end_pad = np.zeros(round(decode.end_pad_s * frontend.sample_rate), np.float32)
         restart = decode.restart_pause_s
         self._frames = frontend.stream(
             PauseRestart(restart, decode.silence_threshold_db) if restart > 0 else None
@@ -237,7 +236,8 @@ class StreamingSession:
             )
         if samples is None:
             self._finished = True
-            audio16k = np.concatenate([self._resampler.flush(), self._end_pad])
+            pad = round(self.config.decode.end_pad_s * self._resampler.dst)
+            audio16k = np.concatenate([self._resampler.flush(), np.zeros(pad, np.float32)])
         else:
             x = check_samples(samples)  # validates before any state changes
             self.audio_seconds += len(x) / self.sample_rate

@@ -76,6 +76,7 @@ def evaluate_run(
     bundle = bundle or run / "best_bundle"
     fused = lm_weight > 0
     inputs = [bundle / "model.safetensors", *([bundle / LM_FILE] if fused else [])]
+    trained_on = run_manifests(run, data)[0]
     results = {}
     for split in splits:
         out = run / f"eval_{'lm_' if fused else ''}{ctc_tag(ctc_weight)}{tag}{split}"
@@ -85,7 +86,6 @@ def evaluate_run(
         ):
             print(f"evaluating {bundle} {' '.join(search)} on {split} -> {out}", flush=True)
             argv = ["--model", str(bundle), "--manifest", str(data / f"{split}.jsonl")]
-            trained_on = run_manifests(run, data)[0]
             argv += ["--out", str(out), "--train-manifest", str(trained_on), *search]
             argv += ["--ctc-weight", str(ctc_weight)]
             if fused:
