@@ -81,7 +81,8 @@ def test_corpus_facts_of_merged_training_and_dev_manifests(tmp_path: Path) -> No
     (tmp_path / "plan.json").write_text(json.dumps(plan | {"engines": ["kokoro"]}))
     extra = {"hours": 3, "seed": 6, "test_size": 0, "dev_size": 0, "text": ["everyday"]}
     extra |= {"engines": ["piper"], "exclude": ["data/live/dev.jsonl"]}
-    for name, more in (("everyday", {}), ("everyday2", {"seed": 7, "dev_size": 3})):
+    second = {"seed": 7, "dev_size": 3, "max_words": 3}
+    for name, more in (("everyday", {"max_words": 0}), ("everyday2", second)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "plan.json").write_text(json.dumps(plan | extra | more))
     row = {"engine": "kokoro", "voice": "af_sky", "duration": 1800.0, "aug": []}
@@ -113,6 +114,7 @@ def test_corpus_facts_of_merged_training_and_dev_manifests(tmp_path: Path) -> No
     ]
     assert supplements[0].endswith("--text everyday \\\n      --exclude data/live/dev.jsonl")
     assert "--seed 7 --jobs 2" in supplements[1] and "--dev-size 3" in supplements[1]
+    assert "--max-words 3" in supplements[1] and "--max-words" not in supplements[0]
     assert train_merge == (
         "asr prepare merge data/live/train.jsonl data/live/everyday/train.jsonl "
         f"data/live/everyday2/train.jsonl --out {merged}"

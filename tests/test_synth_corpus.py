@@ -367,6 +367,30 @@ def test_exclude_keeps_another_corpus_held_out(
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
+def test_max_words_speaks_only_short_sentences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supplement of short utterances: --max-words 1 plans and speaks only the one-word
+    lines, train and dev alike, and says so when none is left."""
+    words = "alpha bravo charlie delta echo foxtrot golf hotel".split()
+    pairs = PAIRS + [Sentence(f"{w.capitalize()}.", w, "everyday") for w in words]
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: pairs)
+    argv = ["--engines", "espeak", "--test-size", "0", "--dev-size", "2", "--hours", "0.005"]
+    out = tmp_path / "short"
+    assert synth_corpus.main(["--out", str(out), *argv, "--max-words", "1"]) == 0
+    spoken = [
+        json.loads(line)["text"] for s in ("train", "dev") for line in (out / f"{s}.jsonl").open()
+    ]
+    assert len(spoken) > 2 and set(spoken) <= set(words), spoken
+    assert json.loads((out / "plan.json").read_text())["max_words"] == 1
+    with pytest.raises(SystemExit, match="--max-words must be 0"):
+        synth_corpus.main(["--out", str(tmp_path / "bad"), *argv, "--max-words", "-1"])
+    monkeypatch.setattr(synth_corpus, "load_text", lambda names, seed: PAIRS)
+    with pytest.raises(SystemExit, match="no sentence of at most 5 words"):
+        synth_corpus.main(["--out", str(tmp_path / "none"), *argv, "--max-words", "5"])
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed")
 def test_tiny_everyday_corpus(tmp_path: Path) -> None:
     argv = ["--out", str(tmp_path), "--engines", "espeak", "--hours", "0.01", "--text"]
     argv += ["everyday", "--test-size", "6", "--dev-size", "3", "--seed", "5"]

@@ -166,12 +166,14 @@ def synth_command(plan: dict[str, Any], out: str) -> str:
     text_arg = "" if tuple(text) == DEFAULT_TEXT else f" --text {' '.join(text)}"
     install = " --install" if plan.get("install") else ""
     exclude = plan.get("exclude") or []
+    max_words = f" --max-words {plan['max_words']}" if plan.get("max_words") else ""
     return (
         f"python -m training.recipes.synth_corpus --out {out} --hours {plan['hours']:g} "
         f"--seed {plan['seed']} --jobs {plan['jobs']}{install} --aug-prob {plan['aug_prob']:g}"
         f" \\\n      --test-size {plan['test_size']} --dev-size {plan['dev_size']} "
         f"--engines {' '.join(plan['engines'])}"
         + text_arg
+        + max_words
         + (f" \\\n      --exclude {' '.join(exclude)}" if exclude else "")
     )
 

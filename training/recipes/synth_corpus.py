@@ -498,6 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
     parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
     parser.add_argument(
+        "--max-words",
+        type=int,
+        default=0,
+        help="speak only sentences of at most N words (a supplement of short utterances; "
+        "0: no limit)",
+    )
+    parser.add_argument(
         "--exclude",
         nargs="+",
         default=[],
@@ -519,8 +526,14 @@ def main(argv: list[str] | None = None) -> int:
     pairs = load_text(sources, args.seed)
     if not pairs:
         raise SystemExit(f"no usable sentences in {', '.join(sources)}")
+    if args.max_words < 0:
+        raise SystemExit(f"--max-words must be 0 (no limit) or more, got {args.max_words}")
     if args.max_sentences:
         pairs = pairs[: args.max_sentences]
+    if args.max_words:
+        pairs = [p for p in pairs if len(p.text.split()) <= args.max_words]
+        if not pairs:
+            raise SystemExit(f"no sentence of at most {args.max_words} words to speak")
     if args.exclude:
         excluded = set(read_texts([Path(m) for m in args.exclude], []))
         kept = [p for p in pairs if sentence_key(p.text) not in excluded]
