@@ -42,11 +42,11 @@ def test_a_step_killed_with_its_session_counts_up_to_its_last_heartbeat(tmp_path
     """SIGKILL runs no trap: the next run settles the killed step from its heartbeat file."""
     running = tmp_path / "steps.tsv.running"
     started = int(time.time()) - 3600
-    running.write_text(f"distillation\t{started}\n")
+    running.write_text(f"everyday supplement\t{started}\n")  # a name with a space
     os.utime(running, (started + 1800, started + 1800))  # last beat half an hour in
     done = bash("timed steps.tsv distillation true", tmp_path)
     assert done.returncode == 0, done.stderr
-    assert rows(tmp_path / "steps.tsv") == [("distillation", 1800), ("distillation", 0)]
+    assert rows(tmp_path / "steps.tsv") == [("everyday supplement", 1800), ("distillation", 0)]
     assert not running.exists()
 
 

@@ -28,7 +28,7 @@ timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall tim
 settle_killed_step() {  # $1 = steps.tsv: a killed step's time, start to its last heartbeat
   local tsv=$1 name start
   [ -f "$tsv.running" ] || return 0
-  read -r name start < "$tsv.running"
+  IFS=$'\t' read -r name start < "$tsv.running"  # names hold spaces ("everyday supplement")
   printf '%s\t%s\n' "$name" "$(($(stat -c %Y "$tsv.running") - start))" >> "$tsv"
   rm -f "$tsv.running"
 }
