@@ -520,14 +520,14 @@ def main(argv: list[str] | None = None) -> int:
     missing = [m for m in args.exclude if not Path(m).is_file()]
     if missing:  # before anything is installed or planned
         raise SystemExit(f"--exclude: no such manifest: {', '.join(missing)}")
+    if args.max_words < 0:
+        raise SystemExit(f"--max-words must be 0 (no limit) or more, got {args.max_words}")
     weights = parse_engines(args.engines)
     sources, shares = parse_text(args.text)
     voices = check_setup(weights, args.install, text=sources)
     pairs = load_text(sources, args.seed)
     if not pairs:
         raise SystemExit(f"no usable sentences in {', '.join(sources)}")
-    if args.max_words < 0:
-        raise SystemExit(f"--max-words must be 0 (no limit) or more, got {args.max_words}")
     if args.max_sentences:
         pairs = pairs[: args.max_sentences]
     if args.max_words:
