@@ -9,7 +9,9 @@ library's :class:`asr.events.Event` and the protocol's result message fit.
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -85,21 +87,25 @@ def _timestamp(seconds: float, decimal: str) -> str:
     return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{decimal}{ms % 1000:03d}"
 
 
-def _word_times(segment: FinalSegment) -> list[float] | None:
-    """When each word of the segment's text was emitted (its last piece's time), or None when
-    the pieces do not map onto the words. A sentencepiece piece starting with "▁" starts a
-    word; pieces of other tokenizers (phones, characters) are words of their own."""
-    pieces = segment.tokens
-    if len(segment.token_times) != len(pieces) or not pieces:
-        return None
-    if any(p.startswith("▁") for p in pieces):
-        last = [i - 1 for i in range(1, len(pieces)) if pieces[i].startswith("▁")]
-        last.append(len(pieces) - 1)
-    else:
-        last = list(range(len(pieces)))
-    if len(last) != len(segment.text.split()):
-        return None
-    return [segment.token_times[i] for i in last]
+def _word_times(segment: FinalSegment) -> list[float]:
+    """When each word of the segment's text was emitted (its last piece's time). In
+    sentencepiece pieces "▁" is a space, and a word ends with the piece of its last letter
+    (a bare "▁" piece is no word); pieces of other tokenizers (phones, characters) are words
+    of their own. Where the pieces do not spell the text (no times sent), each word's time
+    is placed through the segment by the characters before it."""
+    pieces, words = segment.tokens, segment.text.split()
+    if len(segment.token_times) == len(pieces) and pieces:
+        if any("▁" in p for p in pieces):
+            owner = [i for i, p in enumerate(pieces) for _ in p]  # each character's piece
+            spelled = "".join(pieces).replace("▁", " ")
+            last = [owner[m.end() - 1] for m in re.finditer(r"\S+", spelled)]
+        else:
+            last = list(range(len(pieces)))
+        if len(last) == len(words):
+            return [segment.token_times[i] for i in last]
+    ends = itertools.accumulate(len(w) + 1 for w in words)
+    total, span = len(segment.text), segment.end - segment.start
+    return [segment.start + span * min(e - 1, total) / max(total, 1) for e in ends]
 
 
 def _cues(segments: Sequence[FinalSegment]) -> list[tuple[float, float, str]]:
@@ -117,8 +123,7 @@ def _cues(segments: Sequence[FinalSegment]) -> list[tuple[float, float, str]]:
         for i, word in enumerate(words):
             line.append(word)
             cut = (
-                times is not None
-                and i + 1 < len(words)
+                i + 1 < len(words)
                 and len(" ".join([*line, words[i + 1]])) > CUE_CHARS
                 and start < times[i] < segment.end
             )

@@ -128,7 +128,8 @@ class SentencePieceTokenizer(Tokenizer):
         return self._sp.encode(self._check_text(text), out_type=int)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self._sp.decode(self._content_ids(ids))
+        # a bare "▁" piece (a space with no word yet) must not leave a space at either end
+        return " ".join(self._sp.decode(self._content_ids(ids)).split())
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         return [self._sp.id_to_piece(i) for i in self._check_ids(ids)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib.image
@@ -12,7 +13,8 @@ import soundfile
 
 from asr.bundle import load_model
 from asr.cli import main
-from tests.conftest import speech_files
+from asr.lm import LM_FILE, TokenLM
+from tests.conftest import load_speech, speech_files
 from training.evaluate import evaluate
 from training.manifest import Entry
 from training.plots import DPI, FIGSIZE
@@ -103,3 +105,36 @@ def test_eval_scores_each_value_of_a_manifest_field(
     for field, problem in (("speaker", "no such field"), ("aug", "a list or object")):
         assert main([*args, "--by", field]) == 2
         assert problem in capsys.readouterr().err
+
+
+def test_undecodable_audio_costs_only_its_utterance_and_plots_ignore_the_lm(
+    tmp_path: Path, tiny_bundle: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    recognizer = load_model(bundle)
+    files = speech_files(speech_dir)[:2]
+    TokenLM.train([recognizer.tokenizer.encode(t) for _, t in files], 40, 3).save(bundle / LM_FILE)
+    config = json.loads((bundle / "config.json").read_text())
+    config["decode"].update(lm_weight=0.5, beam_size=2)  # a bundle served with its LM
+    (bundle / "config.json").write_text(json.dumps(config))
+    manifest = tmp_path / "test.jsonl"
+    with open(manifest, "w") as f:
+        for wav, text in files:
+            info = soundfile.info(str(wav))
+            row = {"id": wav.stem, "audio": str(wav), "text": text, "duration": info.duration}
+            f.write(json.dumps({**row, "engine": "espeak"}) + "\n")
+        # passes the header-only manifest check, but holds no sample at 16 kHz
+        sliver = {**row, "id": "sliver", "engine": "espeak", "offset": 0.5, "end": 0.50001}
+        f.write(json.dumps(sliver) + "\n")
+    out = tmp_path / "eval"
+    args = ["eval", "--model", str(bundle), "--manifest", str(manifest), "--out", str(out)]
+    assert main([*args, "--by", "engine", "--plot", files[0][0].stem]) == 0
+    captured = capsys.readouterr()
+    assert "skipping sliver: " in captured.err
+    assert "1 more could not be decoded" in captured.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["utterances"] == 2 and [s["id"] for s in summary["skipped"]] == ["sliver"]
+    assert summary["by_field"]["engine"][0]["utterances"] == 2
+    assert (out / f"{files[0][0].stem}.png").is_file()
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert records[0]["hyp"] == load_model(bundle).transcribe(*load_speech(files[0][0]))

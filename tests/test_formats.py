@@ -10,6 +10,7 @@ long file shows progress on a terminal and nothing extra when piped.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -28,6 +29,7 @@ import soundfile
 import srt
 import webvtt
 
+from asr import formats
 from asr.audio import resample
 from asr.formats import CUE_CHARS
 from asr.recognizer import OFFLINE_CHUNK_S
@@ -198,3 +200,33 @@ def test_progress_shows_on_a_terminal_only(long_file, outputs):
     # a bar is redrawn at most every 0.1 s, so the last 5 s step may not show
     assert counts == sorted(counts) and counts[-1] >= total - OFFLINE_CHUNK_S, counts
     assert len(set(counts)) >= 3, "the bar moves as the audio is decoded"
+
+
+@dataclasses.dataclass
+class Segment:
+    """A final segment as `asr.formats` reads it."""
+
+    segment: int
+    text: str
+    tokens: list[str]
+    token_times: list[float]
+    start: float
+    end: float
+
+
+def test_bare_space_pieces_and_unmapped_pieces_still_cut_cues():
+    """A bare "▁" piece is a space, not a word; a segment whose pieces do not spell its text
+    (or that has none) is cut by its characters, so no cue is ever longer than CUE_CHARS."""
+    words = [f"word{i:02d}" for i in range(20)]
+    pieces = [p for w in words for p in ("▁", w)] + ["▁"]  # as a model cut off mid-word says
+    times = [0.1 * i for i in range(len(pieces))]
+    spelled = Segment(0, " ".join(words), pieces, times, 0.0, 5.0)
+    cues = formats._cues([spelled])
+    assert len(cues) > 1 and all(len(text) <= CUE_CHARS for _, _, text in cues)
+    assert {end for _, end, _ in cues[:-1]} <= {times[2 * i + 1] for i in range(20)}
+    bare = Segment(1, " ".join(words), [], [], 5.0, 9.0)
+    cues = formats._cues([bare])
+    assert all(len(text) <= CUE_CHARS for _, _, text in cues)
+    assert cues[0][0] == 5.0 and cues[-1][1] == 9.0
+    assert all(a[1] == b[0] < b[1] for a, b in zip(cues, cues[1:]))
+    assert " ".join(text for _, _, text in cues) == bare.text

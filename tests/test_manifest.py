@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile
 
 from training.manifest import Entry, audio_info, read_manifest, write_manifest
@@ -96,6 +97,41 @@ def test_text_only_reading_and_field_checks(tmp_path: Path) -> None:
     entries, skipped = read_manifest(manifest, check_audio=False, log=io.StringIO())
     assert [e.id for e in entries] == ["a"]
     assert [(s.line, s.id) for s in skipped] == [(2, "b"), (3, "c"), (4, None)]
+
+
+def test_undecodable_lines_cost_only_themselves(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.jsonl"
+    good = json.dumps({"id": "a", "audio": "a.wav", "text": "one", "duration": 1.0})
+    latin1 = '{"id": "b", "audio": "b.wav", "text": "caf\xe9", "duration": 1.0}'.encode("latin-1")
+    manifest.write_bytes(
+        b"\xef\xbb\xbf"
+        + good.encode()
+        + b"\n"
+        + latin1
+        + b"\n"
+        + good.replace('"a"', '"c"').encode()
+    )
+    log = io.StringIO()
+    entries, skipped = read_manifest(manifest, check_audio=False, log=log)
+    assert [e.id for e in entries] == ["a", "c"]  # the byte-order mark does not cost line 1
+    assert [(s.line, s.id) for s in skipped] == [(2, None)]
+    assert skipped[0].reason == f"not UTF-8 text (byte {latin1.index(0xE9)} of the line)"
+    assert f"{manifest}:2: skipping <no id>: not UTF-8 text" in log.getvalue()
+
+
+def test_relative_manifest_paths_resolve_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "corpus").mkdir()
+    soundfile.write(tmp_path / "corpus" / "u.wav", np.zeros(1600, np.float32), 16000)
+    row = {"id": "u", "audio": "u.wav", "text": "one", "duration": 0.1}
+    (tmp_path / "corpus" / "m.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.chdir(tmp_path)
+    entries, _ = read_manifest("corpus/m.jsonl")  # a manifest named relative to the cwd
+    assert entries[0].audio == str(tmp_path / "corpus" / "u.wav")
+    write_manifest("out/m.jsonl", entries)  # outside the new manifest's folder: kept absolute
+    again, skipped = read_manifest("out/m.jsonl")
+    assert skipped == [] and again == entries
 
 
 def test_write_then_read_round_trip(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import soundfile
 from asr.cli import main
 from asr.tokenizer import SentencePieceTokenizer, SymbolTokenizer
 from tests.test_manifest import write_sphere
+from training.manifest import read_manifest
 from training.prepare import clean_wsj_transcript, prepare_kaldi
 
 TONE = (3000 * np.sin(np.arange(8000) / 5)).astype(np.int16)  # 0.5 s at 16 kHz
@@ -132,6 +133,35 @@ def test_folder_mode(tmp_path: Path) -> None:
         ("sub-three", "third", 0.5),
         ("sub-two", "second", 0.2),
     ]
+
+
+def test_folder_mode_transcript_encodings_and_shared_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    corpus = tmp_path / "corpus"
+    for name in ("bom.wav", "latin.wav", "x.flac", "x.wav", "a-b/c.wav", "a/b-c.wav"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        soundfile.write(corpus / name, np.zeros(1600, np.float32), 16000)
+        (corpus / name).with_suffix(".txt").write_text("some words")
+    (corpus / "bom.txt").write_bytes(b"\xef\xbb\xbfone two")  # as some editors save
+    (corpus / "latin.txt").write_bytes("caf\xe9".encode("latin-1"))
+    out = tmp_path / "m.jsonl"
+    assert main(["prepare", "folder", str(corpus), "--out", str(out)]) == 0
+    rows = read_jsonl(out)
+    assert [(r["id"], r["text"]) for r in rows] == [
+        ("a-b-c", "some words"),
+        ("bom", "one two"),
+        ("x", "some words"),
+    ]
+    assert rows[2]["audio"].endswith("x.flac")
+    err = capsys.readouterr().err
+    assert (
+        f"skipping {corpus / 'a-b' / 'c.wav'}: its id 'a-b-c' is already {corpus / 'a' / 'b-c.wav'}'s"
+        in err
+    )
+    assert f"skipping {corpus / 'x.wav'}: its id 'x' is already {corpus / 'x.flac'}'s" in err
+    assert f"skipping {corpus / 'latin.wav'}: latin.txt is not UTF-8 text" in err
+    assert read_manifest(out)[1] == []  # every line it wrote is one training keeps
 
 
 def test_merge_rewrites_paths_and_refuses_shared_ids(

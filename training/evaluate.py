@@ -22,6 +22,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -86,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
 
     counts = train_word_counts(args.train_manifest) if args.train_manifest else None
     summary, records = evaluate(recognizer, entries, args.phones)
+    if "skipped" in summary:
+        kept = {r["id"] for r in records}
+        groupings = {
+            name: [v for e, v in zip(entries, values, strict=True) if e.id in kept]
+            for name, values in groupings.items()
+        }
     if counts is not None:
         summary["by_train_frequency"] = errors_by_frequency(
             [r["ref"] for r in records], [r["hyp"] for r in records], counts
@@ -113,16 +120,28 @@ def evaluate(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Decode every entry and score: (summary, per-utterance records)."""
     rate = recognizer.config.model.features.sample_rate
-    hyps, audio_seconds = [], 0.0
+    decoded, hyps, skipped, audio_seconds = [], [], [], 0.0
     started = time.monotonic()
     cache: dict[str, np.ndarray] = {}
     for entry in tqdm(entries, desc="decoding", unit="utt", file=sys.stderr):
-        samples = entry_audio(entry, rate, cache)
+        # The manifest check reads headers only: audio that fails to decode costs its own
+        # utterance (reported, and counted in the summary), not the hours decoded before it.
+        try:
+            samples = entry_audio(entry, rate, cache)
+            hyps.append(recognizer.transcribe(samples, rate))
+        except ValueError as err:
+            skipped.append({"id": entry.id, "reason": str(err)})
+            tqdm.write(f"skipping {entry.id}: {err}", file=sys.stderr)
+            continue
+        decoded.append(entry)
         audio_seconds += len(samples) / rate
-        hyps.append(recognizer.transcribe(samples, rate))
+    if not decoded:
+        raise ValueError(f"none of the {len(entries)} utterances could be decoded")
     elapsed = time.monotonic() - started
-    refs = [e.text.lower() for e in entries]
-    summary, records = score([e.id for e in entries], refs, hyps, phones=phones)
+    refs = [e.text.lower() for e in decoded]
+    summary, records = score([e.id for e in decoded], refs, hyps, phones=phones)
+    if skipped:
+        summary["skipped"] = skipped
     summary["audio_seconds"] = round(audio_seconds, 2)
     summary["real_time_factor"] = round(elapsed / max(audio_seconds, 1e-9), 4)
     return summary, records
@@ -182,6 +201,11 @@ def summary_table(summary: dict[str, Any]) -> str:
         f"{summary['utterances']} utterances, {summary['audio_seconds']:.1f} s of audio, "
         f"real-time factor {summary['real_time_factor']:.3f}"
     )
+    if "skipped" in summary:
+        lines.append(
+            f"{len(summary['skipped'])} more could not be decoded and are not scored "
+            "(summary.json lists them)"
+        )
     if "by_train_frequency" in summary:
         lines.append("times in training text  share of words  word error (sub+del)")
         for band in summary["by_train_frequency"]:
@@ -215,7 +239,8 @@ def plot_utterance(recognizer: Recognizer, entry: Entry, out: Path) -> Path:
     reference = tokenizer.encode(entry.text)
     targets = torch.tensor([reference], dtype=torch.long)
     weights = model.attention_maps(feats, lens, targets, torch.tensor([len(reference)]))[0]
-    greedy = config.decode.__class__(**{**config.decode.__dict__, "beam_size": 1})
+    # the greedy path of attention alone: neither the beam nor the bundle's LM has a path
+    greedy = dataclasses.replace(config.decode, beam_size=1, lm_weight=0.0)
     segments = decode_batch(model, feats, lens, greedy)[0]
     path, row, hyp = [], 0, []
     for segment in segments:

@@ -133,15 +133,15 @@ def read_manifest(
     skipped: list[Skipped] = []
     seen: set[str] = set()
     infos: dict[str, AudioInfo] = {}  # segments share one recording: read its header once
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
             try:
-                row: Any = json.loads(line)
+                row: Any = _json_line(raw, first=number == 1)
             except ValueError as err:
-                row, problem = None, f"bad JSON ({err})"
+                row, problem = None, str(err)
             else:
+                if row is _BLANK:
+                    continue
                 problem = _problem(row, base, seen, infos if check_audio else None)
             if isinstance(problem, str):
                 uid = row.get("id") if isinstance(row, dict) else None
@@ -158,6 +158,27 @@ def read_manifest(
             file=log,
         )
     return entries, skipped
+
+
+_BLANK = object()
+
+
+def _json_line(raw: bytes, first: bool) -> Any:
+    """One line's JSON value (``_BLANK`` for an empty line). Each line is decoded apart, so a
+    stray Latin-1 byte costs its own line, not the file; the first loses the byte-order mark
+    some editors write."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not UTF-8 text (byte {err.start} of the line)") from None
+    if first:
+        line = line.removeprefix("\ufeff")
+    if not line.strip():
+        return _BLANK
+    try:
+        return json.loads(line)
+    except ValueError as err:
+        raise ValueError(f"bad JSON ({err})") from None
 
 
 def write_manifest(path: str | Path, entries: Iterable[Entry]) -> int:
@@ -221,7 +242,8 @@ def _validate(row: Any, base: Path) -> Entry:
     if end is not None and end <= (offset or 0.0):
         raise ValueError(f"end {end} is not after offset {offset or 0.0}")
     extra = {k: v for k, v in row.items() if k not in (*REQUIRED, "offset", "end")}
-    return Entry(uid, str(base / audio), " ".join(text.split()), duration, offset, end, extra)
+    path = os.path.abspath(base / audio)
+    return Entry(uid, path, " ".join(text.split()), duration, offset, end, extra)
 
 
 def _check_audio(entry: Entry, cache: dict[str, AudioInfo]) -> None:

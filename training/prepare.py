@@ -131,6 +131,7 @@ def prepare_folder(root: Path) -> list[Entry]:
         raise FileNotFoundError(f"{root}: no such directory")
     entries = []
     listings: dict[Path, dict[str, Path]] = {}
+    taken: dict[str, Path] = {}  # id -> the file that has it
     for audio in sorted(root.rglob("*")):
         if audio.suffix.lower() not in AUDIO_SUFFIXES or not audio.is_file():
             continue
@@ -140,13 +141,21 @@ def prepare_folder(root: Path) -> list[Entry]:
         if transcript is None:
             _warn(f"skipping {audio}: no {audio.stem}.txt or .lab beside it")
             continue
-        text = " ".join(transcript.read_text(encoding="utf-8").split())
+        try:  # utf-8-sig: a byte-order mark is not part of the first word
+            text = " ".join(transcript.read_text(encoding="utf-8-sig").split())
+        except UnicodeDecodeError as err:
+            _warn(f"skipping {audio}: {transcript.name} is not UTF-8 text ({err.reason})")
+            continue
         if not text:
             _warn(f"skipping {audio}: empty transcript {transcript.name}")
             continue
+        uid = "-".join(audio.relative_to(root).with_suffix("").parts)
+        if uid in taken:  # x.wav beside x.flac, or a-b/c.wav beside a/b-c.wav
+            _warn(f"skipping {audio}: its id {uid!r} is already {taken[uid]}'s")
+            continue
         info = _info(audio)
         if info is not None:
-            uid = "-".join(audio.relative_to(root).with_suffix("").parts)
+            taken[uid] = audio
             entries.append(Entry(uid, str(audio.resolve()), text, info.duration))
     return entries
 
