@@ -75,8 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, FileNotFoundError) as err:
+    except ValueError as err:
         print(f"asr {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a missing file, a directory where a file goes, no permission
+        told = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else err
+        print(f"asr {args.command}: error: {told}", file=sys.stderr)
         return 2
 
 

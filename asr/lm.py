@@ -14,6 +14,7 @@ as ``lm.npz`` in a model bundle: plain arrays, no pickled objects.
 
 from __future__ import annotations
 
+import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -160,7 +161,7 @@ class TokenLM:
                         )
                     )
                     k += 1
-        except (OSError, KeyError, ValueError) as err:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise ValueError(f"{path}: not a token language model ({err})") from None
         if unigram.shape != (vocab_size,):
             raise ValueError(

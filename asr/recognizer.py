@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,9 @@ from asr.streaming import StreamingSession, two_pass_teacher
 from asr.tokenizer import Tokenizer
 
 OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
+# the most end-of-stream silence a command may ask for: training utterances end in well
+# under a second of it, and more only costs memory and time
+MAX_END_PAD_S = 10.0
 
 
 @dataclass
@@ -61,15 +65,15 @@ class Recognizer:
                 raise ValueError(f"--beam must be >= 1, got {beam}")
             decode.beam_size = beam
         if lm_weight is not None:
-            if lm_weight < 0:
-                raise ValueError(f"--lm-weight must be >= 0, got {lm_weight}")
+            if not 0 <= lm_weight < math.inf:  # NaN fails too
+                raise ValueError(f"--lm-weight must be a finite number >= 0, got {lm_weight}")
             decode.lm_weight = lm_weight
         if ctc_weight is not None:
             check_weight(ctc_weight, self.model.ctc is not None, "--ctc-weight")
             decode.ctc_weight = ctc_weight
         if end_pad is not None:
-            if end_pad < 0:
-                raise ValueError(f"--end-pad must be >= 0 seconds, got {end_pad}")
+            if not 0 <= end_pad <= MAX_END_PAD_S:
+                raise ValueError(f"--end-pad must be 0 to {MAX_END_PAD_S:g} seconds, got {end_pad}")
             decode.end_pad_s = end_pad
         if decode.lm_weight > 0 and self.lm is None:
             if self.lm_file is None:

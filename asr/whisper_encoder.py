@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 WEIGHTS_FILE = "encoder.safetensors"
@@ -562,9 +562,13 @@ def load_encoder(path: str | Path) -> WhisperEncoder:
         raise FileNotFoundError(
             f"{path} is missing (`asr import-whisper` writes the teacher, `asr distill` students)"
         )
-    with safe_open(str(path), framework="pt") as f:
-        dims = WhisperDims.from_metadata(f.metadata() or {}, str(path))
-        weights = {k: f.get_tensor(k).float() for k in f.keys()}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            weights = {k: f.get_tensor(k).float() for k in f.keys()}
+    except SafetensorError as err:
+        raise ValueError(f"{path}: unreadable weights ({err})") from None
+    dims = WhisperDims.from_metadata(metadata, str(path))
     encoder = WhisperEncoder(dims)
     try:
         encoder.load_state_dict(weights)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -270,3 +271,21 @@ def test_stream_resampler_rejects_bad_use() -> None:
     assert stream.flush().shape == (0,)
     with pytest.raises(ValueError, match="already flushed"):
         stream.process(np.ones(4, np.float32))
+
+
+def test_a_long_many_channel_file_costs_little_more_than_its_mono_samples(tmp_path: Path) -> None:
+    rate, seconds = 48000, 60
+    block = (_tone(rate, 1.0, channels=6) * 0.5).astype(np.float32)
+    path = tmp_path / "six.wav"
+    with sf.SoundFile(path, "w", rate, 6, subtype="PCM_16") as f:
+        for _ in range(seconds):
+            f.write(block)
+    tracemalloc.start()
+    samples, _ = read_audio(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(samples) == rate * seconds
+    np.testing.assert_allclose(samples[:rate], block.mean(axis=1), atol=1 / 32768)
+    # the mono result is 11.5 MB and one block of six channels about 8 MB more; the whole
+    # file read as float32 at once, then averaged in float64, would peak near 9 times that
+    assert peak < 2.5 * samples.nbytes, peak / samples.nbytes

@@ -15,7 +15,7 @@ from asr.bundle import load_model
 from asr.cli import main
 from asr.lm import LM_FILE, TokenLM
 from tests.conftest import load_speech, speech_files
-from training.evaluate import evaluate
+from training.evaluate import evaluate, train_word_counts
 from training.manifest import Entry
 from training.plots import DPI, FIGSIZE
 
@@ -138,3 +138,15 @@ def test_undecodable_audio_costs_only_its_utterance_and_plots_ignore_the_lm(
     assert (out / f"{files[0][0].stem}.png").is_file()
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert records[0]["hyp"] == load_model(bundle).transcribe(*load_speech(files[0][0]))
+
+
+def test_train_word_counts_read_the_text_alone(tmp_path: Path) -> None:
+    manifest = tmp_path / "train.jsonl"
+    rows = [("a", "The cat"), ("b", "the dog the end")]
+    manifest.write_text(
+        "".join(
+            json.dumps({"id": i, "audio": f"elsewhere/{i}.wav", "text": t, "duration": 1.0}) + "\n"
+            for i, t in rows
+        )
+    )
+    assert train_word_counts(manifest) == {"the": 3, "cat": 1, "dog": 1, "end": 1}

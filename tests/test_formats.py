@@ -10,7 +10,6 @@ long file shows progress on a terminal and nothing extra when piped.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -21,6 +20,7 @@ import subprocess
 import sys
 import termios
 import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -202,16 +202,11 @@ def test_progress_shows_on_a_terminal_only(long_file, outputs):
     assert len(set(counts)) >= 3, "the bar moves as the audio is decoded"
 
 
-@dataclasses.dataclass
-class Segment:
-    """A final segment as `asr.formats` reads it."""
-
-    segment: int
-    text: str
-    tokens: list[str]
-    token_times: list[float]
-    start: float
-    end: float
+def Segment(segment: int, text: str, tokens: list, times: list, start: float, end: float):
+    """A final segment as `asr.formats` reads it (any object with these attributes)."""
+    return types.SimpleNamespace(
+        segment=segment, text=text, tokens=tokens, token_times=times, start=start, end=end
+    )
 
 
 def test_bare_space_pieces_and_unmapped_pieces_still_cut_cues():

@@ -15,6 +15,7 @@ from asr import bundle
 from asr.audio import read_audio
 from asr.bundle import default_model, load_model
 from asr.formats import FORMATS, render
+from asr.lm import LM_FILE
 
 
 def asr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -134,3 +135,35 @@ def test_transcribe_refuses_output_that_cannot_work(
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_damaged_bundle_files_and_unusable_settings_are_named_not_traced(
+    tiny_bundle: Path, whisper_bundle: Path, speech_dir: Path, tmp_path: Path
+) -> None:
+    """Exit status 2 and one line naming the file or setting, whatever the damage."""
+    lm_bundle = Path(shutil.copytree(tiny_bundle, tmp_path / "lm"))
+    (lm_bundle / LM_FILE).write_bytes(b"PK\x03\x04 cut short")  # a zip's first bytes only
+    config = json.loads((lm_bundle / "config.json").read_text())
+    config["decode"]["lm_weight"] = 0.3
+    (lm_bundle / "config.json").write_text(json.dumps(config))
+    encoder_bundle = Path(shutil.copytree(whisper_bundle, tmp_path / "encoder"))
+    weights = encoder_bundle / "whisper_encoder.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    taken = tmp_path / "taken"
+    taken.write_text("a file where the output folder would go")
+    wav, tiny = str(speech_dir / "utt00.wav"), str(tiny_bundle)
+    cases = [
+        (["transcribe", wav, "--model", str(lm_bundle)], f"{lm_bundle / LM_FILE}: not a token"),
+        (["transcribe", wav, "--model", str(encoder_bundle)], f"{weights}: unreadable weights"),
+        (["transcribe", wav, "--model", tiny, "--end-pad", "1e6"], "--end-pad must be 0 to 10"),
+        (["transcribe", wav, "--model", tiny, "--lm-weight", "nan"], "--lm-weight must be a fin"),
+        (
+            ["transcribe", wav, "--model", tiny, "--format", "txt", "--out-dir", str(taken)],
+            f"{taken}: File exists",
+        ),
+        (["eval", "--model", tiny, "--manifest", str(tmp_path)], f"{tmp_path}: Is a directory"),
+    ]
+    for args, message in cases:
+        done = asr(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
