@@ -220,7 +220,7 @@ def test_wsj_original_folders(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     (dots / "si_tr_s" / "401").mkdir(parents=True)
     (dots / "si_tr_s" / "401" / "401c0200.dot").write_text("Excluded (401c0201)\n")
     (wsj1 / "SI_TR_S" / "4A0" / "4A0C0200.DOT").write_text(
-        "<The> U.S. \\comma DON'T [door_slam>] (4A0C0201)\n"
+        "<The> U.S. DON'T [door_slam>] isn\\'t I\\. B\\. M\\. (4A0C0201)\n"
     )
     (wsj1 / "si_dt_20" / "4k0" / "4k0c0300.dot").write_text(
         "First one (4k0c0301)\nSecond one (4k0c0302)\n"
@@ -236,12 +236,14 @@ def test_wsj_original_folders(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     assert main(["prepare", "wsj", str(root), "--out", str(out)]) == 0
     train = read_jsonl(out / "train_si284.jsonl")
     assert [(r["id"], r["text"], r["speaker"]) for r in train] == [
-        ("011c0201", "the company's shares rose ten percent", "011"),
-        ("4a0c0201", "us don't", "4a0"),
+        ("011c0201", "the company's comma shares rose ten percent period", "011"),
+        ("4a0c0201", "the us don't isn't i b m", "4a0"),
     ]
     assert [r["id"] for r in read_jsonl(out / "test_dev93.jsonl")] == ["4k0c0302"]
     eval92 = read_jsonl(out / "test_eval92.jsonl")
-    assert [(r["id"], r["text"], r["duration"]) for r in eval92] == [("440c0201", "'em all", 0.5)]
+    assert [(r["id"], r["text"], r["duration"]) for r in eval92] == [
+        ("440c0201", "'em double-quote all", 0.5)
+    ]
     err = capsys.readouterr().err
     assert "test_dev93: 1 utterances selected by index files" in err
     assert "test_eval92: 1 utterances selected by folders si_et_20" in err
@@ -249,10 +251,26 @@ def test_wsj_original_folders(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
 
 
 def test_wsj_transcript_cleanup() -> None:
-    assert (
-        clean_wsj_transcript("[<door_slam] IT'S ~ OK -HYPHEN (LEFT-PAREN MR. *SMITH* ")
-        == "it's ok mr smith"
-    )
+    """The LDC .dot conventions: escapes are part of the word, verbal punctuation is
+    spoken, a cut-off word keeps its spoken part, noise and truncation marks go."""
+    cases = {
+        # WSJ's own examples: the escaped apostrophe and abbreviation periods
+        "Of course there isn\\'t any guarantee [misc_noise]": "of course there isn't any guarantee",
+        "[loud_breath] I\\. B\\. M\\. said [door_slam]": "i b m said",
+        # verbal punctuation is what the reader said
+        "Rates rose three .POINT five %PERCENT": "rates rose three point five percent",
+        'Sales ,COMMA he said "DOUBLE-QUOTE up --DASH (LEFT-PAREN a )RIGHT-PAREN .PERIOD': (
+            "sales comma he said double-quote up dash left-paren a right-paren period"
+        ),
+        "'Em 'SINGLE-QUOTE": "'em single-quote",  # a contraction, then punctuation
+        # REVO(LUTIONARY)-: only "revo" was said
+        "REVO(LUTIONARY)- change": "revo change",
+        # *mispronounced* and <verbally deleted> words were spoken; ~ and a lone . were not
+        "[<door_slam] IT'S ~ OK . <The> *SMITH* AT\\&T [phone_ring/] Co [/phone_ring]": (
+            "it's ok the smith at&t co"
+        ),
+    }
+    assert {dot: clean_wsj_transcript(dot) for dot in cases} == cases
 
 
 def test_tokenizer_train_command(tmp_path: Path) -> None:

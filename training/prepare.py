@@ -397,25 +397,40 @@ WSJ_SPLITS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 WSJ_EXCLUDED_SPEAKERS = {("si_tr_s", "401")}  # left out of the standard si84 list
 
-_NOISE = re.compile(r"^\[.*|.*\]$|^<.*>$")  # [noise], [<noise], [noise>], <omitted word>
-_PUNCTUATION_WORD = re.compile(r"^(\\|[^\w\s'])+[a-z][a-z-]*$", re.I)  # ,COMMA .PERIOD \comma
-_QUOTE_WORD = re.compile(r"^'[a-z-]*quote$", re.I)  # 'SINGLE-QUOTE, but not 'EM
 _DOT_LINE = re.compile(r"^(.*)\((\w+)\)\s*$")
+# Verbal punctuation: the reader said the word (",COMMA", ".POINT", "%PERCENT", "--DASH",
+# "(LEFT-PAREN", '"DOUBLE-QUOTE'): unescaped symbols, then the word that was spoken.
+_VERBAL_PUNCTUATION = re.compile(r"^[^\w\s\\\[\]<>*~]+([a-z][a-z-]*)$", re.I)
+# REVO(LUTIONARY)-: the unspoken part of a cut-off word, and the hyphen that marks the cut
+_PARTIAL = re.compile(r"(?<!\0)\([^()]*(?<!\0)\)|^-+|(?<!\0)-+$")
 
 
 def clean_wsj_transcript(text: str) -> str:
-    """Spoken words only, lower case: noise markers, punctuation words, '~', '*', '.' removed."""
-    words = []
-    for token in text.split():
-        if token.upper() == "%PERCENT":
-            words.append("percent")  # a spoken word written with its symbol
-            continue
-        if _NOISE.match(token) or _PUNCTUATION_WORD.match(token) or _QUOTE_WORD.match(token):
-            continue
-        word = re.sub(r"[~*.]", "", token).lower()
-        if word:
-            words.append(word)
-    return " ".join(words)
+    """The words the reader said, lower case, from a WSJ .dot transcript (LDC dot spec).
+
+    Escaped characters ("isn\\'t", "I\\.") are part of the word; unescaped ones are
+    markup: [noise] events are dropped, verbal punctuation is its spoken word,
+    a cut-off word keeps its spoken part, *mispronounced* and <verbally deleted>
+    words were said and are kept, "~" (truncation) and a lone "." (pause) are dropped.
+    Abbreviation periods are not spoken: "U.S." -> "us", "I\\. B\\. M\\." -> "i b m".
+    """
+    return " ".join(word for word in map(_wsj_word, text.split()) if word)
+
+
+def _wsj_word(token: str) -> str:
+    """One .dot token as the spoken word, or "" for markup that is not speech."""
+    if token.startswith("[") or token.endswith("]"):  # [noise], [<noise], [noise>], [/noise]
+        return ""
+    # "\\x" -> a NUL-marked literal: markup rules below skip escaped characters
+    marked = re.sub(r"\\(.)", lambda m: "\0" + m.group(1), token)
+    plain = marked.replace("\0", "")
+    verbal = _VERBAL_PUNCTUATION.match(plain) if "\0" not in marked else None
+    if verbal and not (plain.startswith("'") and not plain.lower().endswith("quote")):
+        return verbal.group(1).lower()  # 'EM is a word, 'SINGLE-QUOTE is punctuation
+    word = re.sub(r"(?<!\0)[*<>~]", "", marked)  # *mispronounced*, <deleted>, ~truncated
+    word = _PARTIAL.sub("", word)
+    word = word.replace("\0", "").replace(".", "").lower()
+    return word if any(c.isalnum() for c in word) else ""
 
 
 def prepare_wsj(root: Path, out_dir: Path) -> dict[str, int]:
