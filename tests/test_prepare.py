@@ -58,6 +58,48 @@ def test_timit_splits_and_folded_phones(tmp_path: Path) -> None:
     assert phones.decode(phones.encode(train[0]["text"])) == train[0]["text"]
 
 
+def test_timit_converted_wav_copies(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Copies with X.WAV.wav (RIFF) beside the transcripts, as converters write them."""
+    root = tmp_path / "timit"
+    for speaker_dir, upper in (
+        (root / "TRAIN" / "DR1" / "FCJF0", True),
+        (root / "test" / "dr1" / "mdab0", False),
+        (root / "test" / "dr1" / "faks0", False),
+    ):
+        for name in ("SA1", "SI1", "SX2"):
+            timit_utterance(speaker_dir, name, upper=upper)
+            audio = speaker_dir / (f"{name}.WAV" if upper else f"{name}.wav".lower())
+            audio.unlink()  # only the converted copy is left
+            soundfile.write(f"{audio}.wav", TONE, 16000)
+    # both the original and its copy: one utterance, from the original
+    timit_utterance(root / "TRAIN" / "DR1" / "FCJF0", "SX9", upper=True)
+    soundfile.write(root / "TRAIN" / "DR1" / "FCJF0" / "SX9.WAV.wav", TONE, 16000)
+    out = tmp_path / "prepared"
+    assert main(["prepare", "timit", str(root), "--out", str(out)]) == 0
+    train, dev, test = (read_jsonl(out / f"{s}.jsonl") for s in ("train", "dev", "test"))
+    assert [r["id"] for r in train] == ["fcjf0_si1", "fcjf0_sx2", "fcjf0_sx9"]
+    assert train[0]["audio"].endswith("SI1.WAV.wav") and train[2]["audio"].endswith("SX9.WAV")
+    assert [r["id"] for r in dev] == ["faks0_si1", "faks0_sx2"]
+    assert [r["id"] for r in test] == ["mdab0_si1", "mdab0_sx2"]
+    assert train[0]["duration"] == pytest.approx(0.5) and train[0]["text"] == "sh ix hh ao vcl"
+    assert "found 1 of the 24 standard speakers" in capsys.readouterr().err
+
+
+def test_timit_without_usable_audio_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    root = tmp_path / "timit"
+    for speaker_dir in (root / "TRAIN" / "DR1" / "FCJF0", root / "TEST" / "DR1" / "MDAB0"):
+        timit_utterance(speaker_dir, "SI1", upper=True)
+        (speaker_dir / "SI1.WAV").rename(speaker_dir / "SI1.FLAC")  # not a TIMIT audio name
+    out = tmp_path / "prepared"
+    assert main(["prepare", "timit", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no TIMIT utterances for train, dev, test" in err and ".WAV.wav" in err
+    assert "found 0 of the 24 standard speakers" in err  # speakers without utterances
+    assert not (out / "train.jsonl").exists()
+
+
 def test_timit_needs_original_layout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["prepare", "timit", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "expected TRAIN and TEST folders" in capsys.readouterr().err

@@ -341,14 +341,21 @@ def prepare_timit(root: Path, out_dir: Path) -> dict[str, int]:
                 )
                 if split is None:
                     continue  # the remaining TEST speakers belong to neither standard set
-                if split in found:
+                entries = _timit_speaker(speaker_dir, speaker.lower())
+                if entries and split in found:  # a speaker counts once it has utterances
                     found[split].add(speaker)
-                splits[split].extend(_timit_speaker(speaker_dir, speaker.lower()))
+                splits[split].extend(entries)
     for split, expected in (("dev", dev), ("test", core)):
         if found[split] != expected:
             _warn(
                 f"TIMIT {split}: found {len(found[split])} of the {len(expected)} standard speakers"
             )
+    empty = [split for split, entries in splits.items() if not entries]
+    if empty:  # an empty manifest would only fail later, in training or evaluation
+        raise FileNotFoundError(
+            f"{root}: no TIMIT utterances for {', '.join(empty)} (looked for <UTT>.WAV or "
+            "<UTT>.WAV.wav with <UTT>.PHN beside it in TRAIN|TEST/DR1-8/<SPEAKER>/)"
+        )
     counts = {
         split: write_manifest(out_dir / f"{split}.jsonl", entries)
         for split, entries in splits.items()
@@ -358,11 +365,13 @@ def prepare_timit(root: Path, out_dir: Path) -> dict[str, int]:
 
 
 def _timit_speaker(speaker_dir: Path, speaker: str) -> list[Entry]:
+    """A speaker's SI/SX utterances; the audio is X.WAV (original SPHERE) or, in the common
+    converted copies, X.WAV.wav (RIFF), the original taken when both are there."""
     files = _listing(speaker_dir)
     entries = []
-    for name, wav in sorted(files.items()):
-        utt, _, suffix = name.partition(".")
-        if suffix != "wav" or utt.startswith("sa"):
+    for utt in sorted({name.split(".")[0] for name in files if name.endswith(".wav")}):
+        wav = files.get(utt + ".wav") or files.get(utt + ".wav.wav")
+        if wav is None or utt.startswith("sa"):
             continue
         phn = files.get(utt + ".phn")
         if phn is None:
