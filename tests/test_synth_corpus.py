@@ -256,8 +256,46 @@ def test_parse_text() -> None:
         {"fortune": 1.0, "everyday": 0.25},
     )
     for bad in (["fortune", "everyday=0.2"], ["harvard"], ["austen=0"], ["austen", "austen"]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(ValueError):
             parse(bad)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--engines", "espeak=0"], "--engines: 'espeak=0': the share after '=' must be a number"),
+        (["--engines", "espeak=abc"], "--engines: 'espeak=abc': the share after '='"),
+        (["--engines", "espeak=-1"], "--engines: 'espeak=-1': the share after '='"),
+        (["--engines", "espeak=nan"], "--engines: 'espeak=nan': the share after '='"),
+        (["--engines", "espeak", "espeak=2"], "--engines names 'espeak' twice"),
+        (["--engines", "nope"], "--engines: unknown 'nope'; choose from espeak"),
+        (["--text", "fortune=0.5", "wordnet=-1"], "--text: 'wordnet=-1': the share after '='"),
+        (["--text", "austen=x"], "--text: 'austen=x': the share after '='"),
+        (["--test-size", "-3"], "argument --test-size: must be 0 or more, got -3"),
+        (["--dev-size", "-1"], "argument --dev-size: must be 0 or more, got -1"),
+    ],
+)
+def test_bad_options_are_refused_before_setup(
+    option: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """A usage error (exit 2) naming the option, before engines are checked or installed
+    and before text is loaded; nothing is written."""
+
+    def too_early(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("setup or text loading ran before the options were checked")
+
+    monkeypatch.setattr(synth_corpus, "check_setup", too_early)
+    monkeypatch.setattr(synth_corpus, "load_text", too_early)
+    with pytest.raises(SystemExit) as exit_info:
+        synth_corpus.main(["--out", str(tmp_path / "corpus"), *option])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and message in err, err
+    assert not (tmp_path / "corpus").exists()
 
 
 def number_words(n: int, start: int) -> list[str]:

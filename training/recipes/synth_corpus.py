@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -383,34 +384,59 @@ def summary(plan: list[Utterance], done: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def parse_engines(specs: list[str]) -> dict[str, float]:
+def split_spec(spec: str, choices: Sequence[str], option: str) -> tuple[str, float | None]:
+    """`name` or `name=share` as (name, share); ValueError naming ``option`` unless the name is
+    one of ``choices`` and the share a finite number above 0 (a share of 0 or less would give
+    no audio time, or divide by zero)."""
+    name, sep, value = spec.partition("=")
+    if name not in choices:
+        raise ValueError(f"{option}: unknown {name!r}; choose from {', '.join(choices)}")
+    if not sep:
+        return name, None
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and share > 0):
+        raise ValueError(f"{option}: {spec!r}: the share after '=' must be a number above 0")
+    return name, share
+
+
+def parse_engines(specs: Sequence[str]) -> dict[str, float]:
     """`name` or `name=weight` items; bare names take their default weight."""
     weights = {}
     for spec in specs:
-        name, _, weight = spec.partition("=")
-        if name not in ENGINES:
-            raise SystemExit(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")
-        weights[name] = float(weight) if weight else (DEFAULT_WEIGHTS | OPTIONAL_WEIGHTS)[name]
+        name, weight = split_spec(spec, list(ENGINES), "--engines")
+        if name in weights:
+            raise ValueError(f"--engines names {name!r} twice")
+        weights[name] = (DEFAULT_WEIGHTS | OPTIONAL_WEIGHTS)[name] if weight is None else weight
     return weights
 
 
 def parse_text(specs: Sequence[str]) -> tuple[list[str], dict[str, float] | None]:
     """`--text` items, `name` or `name=share`: the source names in order, and their shares of
     the train audio time, None when no item gives one (train then draws from all sentences
-    alike). Shares are all or none, and positive."""
+    alike). Shares are all or none."""
     names, shares = [], {}
     for spec in specs:
-        name, _, share = spec.partition("=")
-        if name not in TEXT_SOURCES:
-            raise SystemExit(f"unknown text {name!r}; choose from {', '.join(TEXT_SOURCES)}")
+        name, share = split_spec(spec, list(TEXT_SOURCES), "--text")
         if name in names:
-            raise SystemExit(f"--text names {name!r} twice")
+            raise ValueError(f"--text names {name!r} twice")
         names.append(name)
-        if share:
-            shares[name] = float(share)
-    if shares and (len(shares) < len(names) or min(shares.values()) <= 0):
-        raise SystemExit("--text: give every source a positive share (name=share), or none")
+        if share is not None:
+            shares[name] = share
+    if shares and len(shares) < len(names):
+        raise ValueError("--text: give every source a share (name=share), or none")
     return names, shares or None
+
+
+def non_negative(value: str) -> int:
+    """An argparse type: a count of 0 or more (a negative split size would deal from the
+    end of the sentence list, into the other splits)."""
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
 
 
 def install(engines: list[Engine], text_apt: Sequence[str] = ()) -> None:
@@ -492,8 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
         "train audio time (all or none), e.g. fortune=0.3 wordnet=0.2 austen=0.3 everyday=0.2",
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
-    parser.add_argument("--test-size", type=int, default=300, help="utterances per test split")
-    parser.add_argument("--dev-size", type=int, default=200, help="utterances in the dev split")
+    parser.add_argument(
+        "--test-size", type=non_negative, default=300, help="utterances per test split"
+    )
+    parser.add_argument(
+        "--dev-size", type=non_negative, default=200, help="utterances in the dev split"
+    )
     parser.add_argument("--aug-prob", type=float, default=0.8, help="share of train augmented")
     parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
     parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
@@ -516,14 +546,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     missing = [m for m in args.exclude if not Path(m).is_file()]
     if missing:  # before anything is installed or planned
         raise SystemExit(f"--exclude: no such manifest: {', '.join(missing)}")
     if args.max_words < 0:
         raise SystemExit(f"--max-words must be 0 (no limit) or more, got {args.max_words}")
-    weights = parse_engines(args.engines)
-    sources, shares = parse_text(args.text)
+    try:  # also before anything is installed or loaded
+        weights = parse_engines(args.engines)
+        sources, shares = parse_text(args.text)
+    except ValueError as err:
+        parser.error(str(err))
     voices = check_setup(weights, args.install, text=sources)
     pairs = load_text(sources, args.seed)
     if not pairs:
