@@ -86,6 +86,35 @@ def test_resumed_run_ends_where_an_uninterrupted_one_does(setup: Path) -> None:
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
+def test_resuming_a_finished_run_takes_no_step(setup: Path) -> None:
+    """The budget is checked before a step: resumed at max_steps, the run neither steps,
+    validates nor rewrites its student and checkpoint."""
+    out = setup / "finished"
+    history = _distill(setup, out, "distill.max_steps=2")
+    student, last = out / "student" / "encoder.safetensors", out / "last.pt"
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (student, last)}
+    assert _distill(setup, out, "distill.max_steps=2", resume=True) == history
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (student, last)} == before
+    log = (out / "distill.log").read_text()
+    assert "step 3" not in log and "step 2: distill.max_steps / max_minutes already reached" in log
+    assert log.rstrip().endswith(f"student in {out / 'student'}")
+
+
+def test_no_epochs_claims_no_student(setup: Path, capsys: pytest.CaptureFixture) -> None:
+    """distill.epochs=0 trains nothing: the run says so rather than naming a student it never
+    wrote (or the config refuses the value up front)."""
+    out = setup / "no-epochs"
+    args = ["distill", "--config", str(setup / "config.yaml"), "--out", str(out)]
+    code = main([*args, "distill.epochs=0"])
+    said = capsys.readouterr()
+    if code == 2:  # refused by the config's validation
+        assert "epochs" in said.err
+    else:
+        assert code == 0 and "nothing was trained" in said.out
+        assert "student in" not in said.out + (out / "distill.log").read_text()
+    assert not (out / "student").exists()
+
+
 def test_a_student_continues_from_an_earlier_one(setup: Path) -> None:
     first = _distill(setup, setup / "first", "distill.max_steps=8")
     init = f"distill.init={setup / 'first' / 'student'}"

@@ -308,9 +308,12 @@ class Distiller:
                 f"step 0 (the masked teacher): held-out rel MSE {first['rel_mse']:.4f}, cosine {first['cosine']:.4f}"
             )
         origin = time.monotonic() - state["seconds"]
-        budget = 60 * self.cfg.max_minutes
         bar = tqdm(total=self.total_steps, initial=state["step"], desc="distill", unit="step")
-        stop = False
+        # checked before a step, as `asr train` does: a resumed run whose budget is spent
+        # takes no further step and leaves its student as it was
+        stop = self._budget_spent(state)
+        if stop:
+            self.log(f"step {state['step']}: distill.max_steps / max_minutes already reached")
         while state["epoch"] < self.cfg.epochs and not stop:
             order = make_batches(
                 [c.frames for c in self.train], self.max_frames, self.cfg.seed, state["epoch"]
@@ -326,9 +329,7 @@ class Distiller:
                 state["seconds"] = time.monotonic() - origin
                 bar.update(1)
                 bar.set_postfix(rel_mse=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
-                stop = (self.cfg.max_steps and state["step"] >= self.cfg.max_steps) or (
-                    budget and state["seconds"] >= budget
-                )
+                stop = self._budget_spent(state)
                 if state["step"] % self.cfg.valid_every == 0 or stop:
                     self._validate_and_keep(state)
                 if state["step"] % self.cfg.checkpoint_every == 0 or stop:
@@ -341,8 +342,21 @@ class Distiller:
                 self._validate_and_keep(state)
                 self.save_checkpoint(state)
         bar.close()
-        self.log(
-            f"done: best held-out rel MSE {state['best']:.4f}; student in {self.out / 'student'}"
+        if math.isfinite(state["best"]):
+            self.log(
+                f"done: best held-out rel MSE {state['best']:.4f}; "
+                f"student in {self.out / 'student'}"
+            )
+        else:  # no step was validated: nothing to write (distill.epochs=0, say)
+            self.log(
+                f"done: nothing was trained (step {state['step']}, distill.epochs="
+                f"{self.cfg.epochs}); no student was written"
+            )
+
+    def _budget_spent(self, state: dict) -> bool:
+        """Whether distill.max_steps or distill.max_minutes (0: no limit) is reached."""
+        return bool(self.cfg.max_steps and state["step"] >= self.cfg.max_steps) or bool(
+            self.cfg.max_minutes and state["seconds"] >= 60 * self.cfg.max_minutes
         )
 
     def _step(self, items: list[Cached], state: dict, seconds: float) -> float:
