@@ -60,16 +60,64 @@ train_side_by_side() {  # $1 = experiment dir, $2 = config, then overrides for b
       start=("train.init=$init" ${INIT_LR:+"train.lr=$INIT_LR"})
     fi
     # shellcheck disable=SC2046
-    asr train --config "$config" "$@" "${start[@]}" train.threads=1 model.attention.kind="$kind" \
-      --out "$exp/$kind" $(resume_flag "$exp/$kind") >> "$exp/$kind.log" 2>&1 &
+    background asr train --config "$config" "$@" "${start[@]}" train.threads=1 \
+      model.attention.kind="$kind" --out "$exp/$kind" $(resume_flag "$exp/$kind") \
+      >> "$exp/$kind.log" 2>&1
     pids+=($!)
   done
   wait_all "${pids[@]}"
 }
 
-wait_all() {  # the given background jobs; under set -e, one that failed stops the recipe
+background() {  # run the command as a background job ($! is its pid) that wait_all can stop
+  # Its own process group, with SIGINT as a foreground command has it: bash starts background
+  # jobs with SIGINT ignored, so Ctrl-C never reached them; now the terminal's Ctrl-C reaches
+  # only the recipe, and wait_all passes it on once.
+  local flags=$-
+  set -m
+  "$@" < /dev/null &
+  [[ $flags == *m* ]] || set +m
+}
+
+wait_all() {  # the given background jobs as one step; non-zero if one failed or a signal came
+  # INT (Ctrl-C), TERM or HUP is passed on to every job, and a job that fails stops the others
+  # (INT, as Ctrl-C would); either way all of them have ended when this returns, so none is
+  # left running on its own (a rerun would start a second trainer on the same directory).
+  local running=("$@") left=() status=0 failed code pid restore
+  restore="trap - INT TERM HUP; $(trap -p INT TERM HUP)"
+  trap 'stop_jobs INT; status=130' INT
+  trap 'stop_jobs TERM; status=143' TERM
+  trap 'stop_jobs HUP; status=129' HUP
+  while [ ${#running[@]} -gt 0 ]; do
+    left=()
+    failed=0
+    for pid in "${running[@]}"; do
+      if kill -0 "$pid" 2> /dev/null; then
+        left+=("$pid")
+        continue
+      fi
+      # ended: its status (plain `wait PID` finds it even once bash has dropped the job,
+      # where `wait -n` says "no such job")
+      code=0
+      wait "$pid" || code=$?
+      if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then
+        status=$code
+        failed=1
+      fi
+    done
+    running=("${left[@]}")
+    [ "$failed" -eq 0 ] || stop_jobs INT
+    if [ ${#running[@]} -gt 0 ]; then # a signal ends this wait at once, its trap then runs
+      sleep 0.5 &
+      wait $! || true
+    fi
+  done
+  eval "$restore"
+  return "$status"
+}
+
+stop_jobs() {  # $1 = signal, to each job wait_all still waits for (its `running`)
   local pid
-  for pid in "$@"; do
-    wait "$pid"
+  for pid in "${running[@]}"; do # the job's process group (see background), else the process
+    kill -"$1" -- "-$pid" 2> /dev/null || kill -"$1" "$pid" 2> /dev/null || true
   done
 }

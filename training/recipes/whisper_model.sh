@@ -106,8 +106,8 @@ SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
 frames() {  # the student's states, once, for both trainings: one shard per core
   local manifests=("$TRAIN" "$DEV" "$DATA"/test_*.jsonl) k pids=()
   for k in 1 2; do
-    python -m training.cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
-      --manifest "${manifests[@]}" --shard "$k/2" &
+    background python -m training.cache_frames --config training/configs/whisper.yaml \
+      "${SETTINGS[@]}" --manifest "${manifests[@]}" --shard "$k/2"
     pids+=($!)
   done
   wait_all "${pids[@]}"
