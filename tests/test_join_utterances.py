@@ -78,6 +78,31 @@ def test_written_clips_are_the_parts_and_pauses_and_resume(tmp_path: Path) -> No
     assert {p.name for p in wavs[0].parent.glob("*.wav")} == listed != {p.name for p in wavs}
 
 
+def test_a_rerun_with_other_pauses_writes_its_own_clips(tmp_path: Path) -> None:
+    """The same parts with longer pauses are other audio: a rerun into the same --out with
+    another --max-pause writes what a fresh run writes, not the earlier clips. (Each voice's
+    7 utterances, at most 17.5 s with their pauses of up to 1 s, fill one clip either way.)"""
+    manifest = make_manifest(tmp_path)
+    args = ["--manifest", str(manifest), "--min-seconds", "29", "--max-seconds", "30"]
+
+    def durations(out: Path) -> list[float]:
+        return [soundfile.info(e.audio).duration for e in read_manifest(out)[0]]
+
+    again, fresh = tmp_path / "again" / "long.jsonl", tmp_path / "fresh" / "long.jsonl"
+    for folder in (again.parent, fresh.parent):
+        folder.mkdir()
+    assert main([*args, "--out", str(again), "--max-pause", "0.1"]) == 0
+    short, short_seconds = read_manifest(again)[0], durations(again)
+    assert main([*args, "--out", str(again), "--max-pause", "1.0"]) == 0
+    assert main([*args, "--out", str(fresh), "--max-pause", "1.0"]) == 0
+    longer = read_manifest(again)[0]
+    assert [e.extra["parts"] for e in longer] == [e.extra["parts"] for e in short]  # same parts
+    assert durations(again) == durations(fresh)
+    assert sum(durations(again)) > sum(short_seconds) + 1.0  # with the longer pauses
+    written = {p.name for p in (again.parent / "wavs" / "long").glob("*.wav")}
+    assert written == {Path(e.audio).name for e in read_manifest(again)[0]}
+
+
 @pytest.mark.parametrize(
     "bad", [["--min-seconds", "10", "--max-seconds", "5"], ["--max-seconds", "31"]]
 )

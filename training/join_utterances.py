@@ -8,9 +8,11 @@ written here are the utterances of one voice (a manifest's ``voice`` field, else
 ``speaker``) in random order, each followed by a short random pause (below the serving
 restart pause), until a random length between --min-seconds and --max-seconds is
 reached; their text is the sentences' texts joined, so they serve distillation and
-training alike. The plan depends on the manifest and --seed only, so a rerun resumes,
-writing only the clips that are missing (and removing those an earlier plan, of a smaller
-corpus, left behind).
+training alike. The plan depends on the manifest and every option (--seed, the lengths,
+--max-pause, --any-voice), and a clip's id hashes what makes its audio (its parts and the
+pause after each), so a rerun with the same options resumes, writing only the clips that are
+missing, while one with other options (or a grown corpus) writes its own clips and removes
+those of the earlier plan: an existing WAV is only kept for the clip it was written for.
 
     python -m training.join_utterances --manifest data/live/train.jsonl \\
         --out data/live/train_long.jsonl --min-seconds 12 --max-seconds 28
@@ -48,8 +50,12 @@ class Clip:
 
     @property
     def id(self) -> str:
-        digest = hashlib.sha1("\n".join(e.id for e in self.parts).encode()).hexdigest()[:12]
-        return f"joined-{len(self.parts)}-{digest}"
+        """Names the audio: the parts and their pauses (in samples), so a WAV written under
+        other options (another --max-pause, say) is never taken for this clip's."""
+        audio = "\n".join(
+            f"{e.id} {pause_samples(p)}" for e, p in zip(self.parts, self.pauses, strict=True)
+        )
+        return f"joined-{len(self.parts)}-{hashlib.sha1(audio.encode()).hexdigest()[:12]}"
 
     @property
     def duration(self) -> float:
@@ -58,6 +64,10 @@ class Clip:
     @property
     def text(self) -> str:
         return " ".join(e.text for e in self.parts)
+
+
+def pause_samples(seconds: float) -> int:
+    return int(round(seconds * SAMPLE_RATE))
 
 
 def voice_of(entry: Entry) -> str:
@@ -115,7 +125,7 @@ def clip_audio(clip: Clip) -> np.ndarray:
     pieces = []
     for entry, pause in zip(clip.parts, clip.pauses, strict=True):
         pieces.append(entry_audio(entry, SAMPLE_RATE))
-        pieces.append(np.zeros(int(round(pause * SAMPLE_RATE)), np.float32))
+        pieces.append(np.zeros(pause_samples(pause), np.float32))
     return np.concatenate(pieces)
 
 
