@@ -17,8 +17,9 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
-from asr.audio import decode_pcm, read_audio
+from asr.audio import check_sample_rate, decode_pcm, read_audio
 from asr.formats import (
     FORMATS,
     MEDIA_TYPES,
@@ -133,7 +134,7 @@ def create_app(settings: Settings) -> FastAPI:
             raise HTTPFault(503, "not_ready", state.why_not_ready)
         started = time.perf_counter()
         body = await _read_body(request, settings.max_upload_bytes)
-        if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        if _media_type(request) == "multipart/form-data":
             samples, rate = await _read_upload(request, body)
         else:
             samples, rate = _decode_raw(body, sample_rate, encoding)
@@ -196,29 +197,46 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _media_type(request: Request) -> str:
+    """The body's media type without parameters; media types are case-insensitive."""
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
 async def _read_upload(request: Request, body: bytes) -> tuple[np.ndarray, int]:
-    """Decode the multipart ``file`` field with ``asr.audio.read_audio`` (format from content)."""
+    """Decode the multipart ``file`` field with ``asr.audio.read_audio`` (format from content);
+    its rate must be one a stream may declare."""
 
     async def replay() -> dict:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    form = await Request(request.scope, replay).form()
+    try:
+        form = await Request(request.scope, replay).form()
+    except HTTPException as err:  # Starlette's answer to a malformed body: an untyped detail
+        raise HTTPFault(400, "invalid_message", f"malformed multipart body: {err.detail}") from None
     upload = form.get("file")
     if not isinstance(upload, UploadFile):
         raise HTTPFault(400, "invalid_message", "multipart body needs a 'file' field")
     data = await upload.read()
-    suffix = Path(upload.filename or "").suffix
+    name = upload.filename or "the upload"
     try:
-        return await asyncio.to_thread(_read_audio_bytes, data, suffix)
+        samples, rate = await asyncio.to_thread(_read_audio_bytes, data, name)
     except ValueError as err:
         raise HTTPFault(400, "invalid_audio", f"cannot decode the uploaded file: {err}") from None
+    try:
+        return samples, check_sample_rate(rate)
+    except ValueError as err:
+        raise HTTPFault(400, "unsupported_sample_rate", f"{name}: {err}") from None
 
 
-def _read_audio_bytes(data: bytes, suffix: str) -> tuple[np.ndarray, int]:
-    with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
+def _read_audio_bytes(data: bytes, name: str) -> tuple[np.ndarray, int]:
+    """Decode through a temporary file; errors name the upload, never the server's path."""
+    with tempfile.NamedTemporaryFile(suffix=Path(name).suffix) as tmp:
         tmp.write(data)
         tmp.flush()
-        return read_audio(tmp.name)
+        try:
+            return read_audio(tmp.name)
+        except ValueError as err:
+            raise ValueError(str(err).replace(tmp.name, name)) from None
 
 
 def _decode_raw(body: bytes, sample_rate: str | None, encoding: str) -> tuple[np.ndarray, int]:

@@ -13,7 +13,7 @@ import json
 from enum import Enum
 from typing import Annotated, Any, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from asr.events import Event
 
@@ -23,6 +23,10 @@ MAX_SAMPLE_RATE = 48000
 # recursive parser given 100,000 levels fails with RecursionError instead of an answer
 MAX_CONTROL_DEPTH = 16
 Encoding = Literal["pcm_s16le", "f32le"]
+# a time in seconds from the stream's start: finite, not negative, and small enough (31
+# years) that a subtitle can print it in milliseconds (1e308 s overflows there)
+MAX_SECONDS = 1e9
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
 
 
 class ErrorCode(str, Enum):
@@ -128,11 +132,14 @@ class Stop(_Message):
 ClientMessage = Annotated[Union[Start, Stop], Field(discriminator="type")]  # noqa: UP007
 _CLIENT_TYPES: dict[str, type[_Message]] = {"start": Start, "stop": Stop}
 # a value of the right JSON type that is not supported has its field's own error code;
-# a value of the wrong type (a string or float sample rate, a bool) is an invalid message
+# a value of the wrong type (a string or float sample rate, a bool), or a field the message
+# does not have (a sample rate on stop), is an invalid message
 _FIELD_CODES: dict[str, tuple[ErrorCode, type]] = {
     "sample_rate": (ErrorCode.UNSUPPORTED_SAMPLE_RATE, int),
     "encoding": (ErrorCode.UNSUPPORTED_ENCODING, str),
 }
+# the pydantic error kinds of a value outside a declared field's range or choices
+_UNSUPPORTED_VALUE = {"greater_than_equal", "less_than_equal", "literal_error"}
 
 
 def parse_client_message(text: str, max_bytes: int) -> Start | Stop:
@@ -210,7 +217,8 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
             (
                 _FIELD_CODES[p["loc"][0]][0]
                 for p in problems
-                if p["loc"]
+                if p["type"] in _UNSUPPORTED_VALUE
+                and p["loc"]
                 and p["loc"][0] in _FIELD_CODES
                 and type(p["input"]) is _FIELD_CODES[p["loc"][0]][1]
             ),
@@ -237,10 +245,25 @@ class Result(_Message):
     segment: int
     text: str
     tokens: list[str]
-    token_times: list[float]  # when each token was emitted, seconds from the stream's start
-    start: float
-    end: float
+    token_times: list[Seconds]  # when each token was emitted, seconds from the stream's start
+    start: Seconds
+    end: Seconds
     final: bool
+
+    @model_validator(mode="after")
+    def _times_agree(self) -> Result:
+        """A segment ends no earlier than it starts; every token has its emission time, and
+        none comes after the end (a final ends at its last token, a partial at the audio
+        heard). Checked here, a /v1/format body cannot make a subtitle run backwards."""
+        if self.start > self.end:
+            raise ValueError(f"start {self.start} is after end {self.end}")
+        if len(self.token_times) != len(self.tokens):
+            raise ValueError(
+                f"{len(self.tokens)} tokens but {len(self.token_times)} token_times: one per token"
+            )
+        if any(t > self.end for t in self.token_times):
+            raise ValueError(f"a token time is after the segment's end {self.end}")
+        return self
 
     @classmethod
     def from_event(cls, event: Event) -> Result:
@@ -269,7 +292,7 @@ class Transcription(_Message):
     """Response of POST /v1/transcribe."""
 
     text: str
-    duration: float
+    duration: Seconds
     segments: list[Result]
 
 

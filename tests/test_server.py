@@ -201,6 +201,13 @@ FAULTS = {
         [start(), '{"type": "stop", "x": "' + "y" * 4100 + '"}'], "control_too_large", 1009
     ),
     "stop_before_start": Fault(['{"type": "stop"}'], "invalid_message", 1007),
+    # a field stop does not have is an extra field, whatever its name and value
+    "rate_on_stop": Fault(
+        [start(), '{"type": "stop", "sample_rate": 16000}'], "invalid_message", 1007
+    ),
+    "encoding_on_stop": Fault(
+        [start(), '{"type": "stop", "encoding": "mp3"}'], "invalid_message", 1007
+    ),
     "unsupported_rate": Fault([start(96000)], "unsupported_sample_rate", 1003),
     "unsupported_encoding": Fault([start(16000, "mp3")], "unsupported_encoding", 1003),
     "string_two_pass": Fault([start(two_pass="true")], "invalid_message", 1007),
@@ -605,9 +612,51 @@ def test_http_transcribe_errors(server, path, body, headers, status, code):
 
 
 def test_http_transcribe_undecodable_file(server):
+    """The message names the upload, never the server's temporary file."""
     body, headers = multipart("x.wav", b"not audio at all")
     got, result = post(server, "/v1/transcribe", body, headers | AUTH)
     assert (got, result["code"]) == (400, "invalid_audio")
+    assert "x.wav" in result["message"] and "/tmp" not in result["message"], result
+
+
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("rate", [4000, 96000])
+def test_http_upload_at_an_unsupported_rate(server, rate):
+    """A well-formed file at a rate a stream may not declare is refused as such."""
+    body, headers = multipart("speech.wav", wav_bytes(speechlike(0.5, rate), rate))
+    got, result = post(server, "/v1/transcribe", body, headers | AUTH)
+    assert (got, result["type"], result["code"]) == (400, "error", "unsupported_sample_rate")
+    assert f"speech.wav: sample rate {rate} Hz" in result["message"], result
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"--x\r\nContent-Disposition: form-data\r\n\r\n", "multipart/form-data"),  # no boundary
+        (b"--x\r\ngarbage without headers or an end", "multipart/form-data; boundary=x"),
+    ],
+)
+def test_http_malformed_multipart_is_a_typed_error(server, body, content_type):
+    got, result = post(server, "/v1/transcribe", body, {"Content-Type": content_type} | AUTH)
+    assert (got, result.get("type"), result.get("code")) == (400, "error", "invalid_message")
+    assert result["message"].startswith("malformed multipart body: "), result
+
+
+def test_http_multipart_media_type_is_case_insensitive(server, tiny_bundle):
+    body, headers = multipart("speech.wav", wav_bytes(AUDIO, 16000))
+    headers = {
+        "Content-Type": headers["Content-Type"].replace(
+            "multipart/form-data", "Multipart/Form-Data"
+        )
+    }
+    status, result = post(server, "/v1/transcribe", body, headers | AUTH)
+    assert status == 200, result
+    assert result["text"] == offline_text(tiny_bundle, AUDIO, 16000)
 
 
 def test_http_upload_limit(limited):
@@ -661,6 +710,51 @@ def test_http_format_converts_a_json_transcript(server):
         assert (status, error["type"], error["code"]) == (400, "error", "invalid_message")
         assert error["message"].startswith("not a JSON transcript"), error
     assert post(server, "/v1/format?format=srt", body, JSON)[1]["code"] == "unauthorized"
+
+
+SEGMENT = {
+    "type": "final",
+    "segment": 0,
+    "text": "a b",
+    "tokens": ["\u2581a", "\u2581b"],
+    "token_times": [0.4, 0.8],
+    "start": 0.0,
+    "end": 0.8,
+    "final": True,
+}
+
+
+def transcript_text(**changes: str) -> bytes:
+    """A one-segment JSON transcript with some segment fields replaced by raw JSON text
+    (``Infinity`` and ``NaN`` are what Python's and JavaScript's encoders may write)."""
+    fields = {k: json.dumps(v) for k, v in SEGMENT.items()} | changes
+    segment = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+    return f'{{"text": "a b", "duration": 1.0, "segments": [{segment}]}}'.encode()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"end": "1e308"},  # overflows milliseconds in a subtitle time
+        {"end": "Infinity"},
+        {"start": "NaN"},
+        {"start": "-5"},
+        {"start": "0.9"},  # after the end
+        {"token_times": "[0.4]"},  # one per token
+        {"token_times": "[0.4, 1.2]"},  # emitted after the segment's end
+        {"token_times": "[-0.1, 0.8]"},
+    ],
+)
+@pytest.mark.parametrize("fmt", ["srt", "json"])
+def test_http_format_refuses_impossible_times(server, changes, fmt):
+    """Times are finite seconds from the stream's start, a segment does not end before it
+    starts and each token has its emission time inside it: anything else is not a transcript."""
+    assert post_raw(server, f"/v1/format?format={fmt}", transcript_text(), JSON | AUTH)[0] == 200
+    status, error = post(
+        server, f"/v1/format?format={fmt}", transcript_text(**changes), JSON | AUTH
+    )
+    assert (status, error["type"], error["code"]) == (400, "error", "invalid_message"), error
+    assert error["message"].startswith("not a JSON transcript: segments.0"), error
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/transcribe?sample_rate=16000&", "/v1/format?"])
