@@ -26,6 +26,14 @@ OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
 MAX_END_PAD_S = 10.0
 
 
+def check_beam(beam: int) -> int:
+    """The one check of a beam size, wherever it is set: a command's --beam, or the server's
+    settings before any model process loads (a bad one there would fail every load)."""
+    if beam < 1:
+        raise ValueError(f"--beam must be >= 1, got {beam}")
+    return beam
+
+
 @dataclass
 class Recognizer:
     """Model, tokenizer and config of one bundle. Offline decoding is a session fed the whole
@@ -61,9 +69,7 @@ class Recognizer:
                 two_pass_teacher(self.frontend, decode)  # fails now, naming what is missing
             decode.two_pass = two_pass
         if beam is not None:
-            if beam < 1:
-                raise ValueError(f"--beam must be >= 1, got {beam}")
-            decode.beam_size = beam
+            decode.beam_size = check_beam(beam)
         if lm_weight is not None:
             if not 0 <= lm_weight < math.inf:  # NaN fails too
                 raise ValueError(f"--lm-weight must be a finite number >= 0, got {lm_weight}")

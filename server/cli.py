@@ -7,9 +7,12 @@ keeps it out of the process list.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import socket
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import uvicorn
 from fastapi import FastAPI
@@ -31,6 +34,33 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+# one name=value pair of a query string, as a log line quotes a request's path
+_QUERY_PAIR = re.compile(r"([?&])([^=&#\s\"]*)=([^&#\s\"]*)")
+
+
+def redact_token(text: str) -> str:
+    """``text`` with the value of every ``token`` query parameter replaced by ``***`` (the
+    name as the server decodes it: ``tok%65n`` is a token too)."""
+    return _QUERY_PAIR.sub(
+        lambda m: f"{m[1]}{m[2]}=***" if unquote_plus(m[2]) == "token" else m[0], text
+    )
+
+
+class RedactTokens(logging.Filter):
+    """Browsers pass the API key as ``?token=``, and uvicorn logs every request's path with
+    its query (HTTP access lines, WebSocket accepts and rejects): no key reaches a log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_token(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_token(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+_REDACT_TOKENS = RedactTokens()  # one instance: adding it again (a second server) is a no-op
+
+
 def build_server(settings: Settings, log_level: str = "info") -> DrainingServer:
     """A uvicorn server for ``settings``; frames up to 4x the app limit reach the app,
     which answers them with a typed ``frame_too_large`` error instead of a bare close."""
@@ -46,6 +76,8 @@ def build_server(settings: Settings, log_level: str = "info") -> DrainingServer:
         log_level=log_level,
         timeout_graceful_shutdown=int(settings.shutdown_timeout_s) + 5,
     )
+    for name in ("uvicorn.access", "uvicorn.error"):  # configured by uvicorn.Config just now
+        logging.getLogger(name).addFilter(_REDACT_TOKENS)
     return DrainingServer(config)
 
 

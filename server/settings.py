@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from asr.bundle import default_model
+from asr.recognizer import check_beam
 from server.protocol import MAX_CONTROL_DEPTH
 
 
@@ -77,11 +79,19 @@ class Settings:
             "batch_max_size": self.batch_max_size,
             "torch_threads": self.torch_threads,
         }
+        # NaN compares false with everything, so each test is written to fail on it; inf is
+        # refused too (an endless batch wait hangs sessions, an endless backlog overflows)
         for name, value in positive.items():
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if self.batch_max_wait_ms < 0:
-            raise ValueError(f"batch_max_wait_ms must be >= 0, got {self.batch_max_wait_ms}")
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number, got {value}")
+        if not (math.isfinite(self.batch_max_wait_ms) and self.batch_max_wait_ms >= 0):
+            raise ValueError(
+                f"batch_max_wait_ms must be a finite number >= 0, got {self.batch_max_wait_ms}"
+            )
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535 (0: any free port), got {self.port}")
+        if self.beam is not None:
+            check_beam(self.beam)
 
     @property
     def stream_limits(self) -> dict[str, float]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from websockets.asyncio.client import connect
 
 from asr.audio import read_audio
 from asr.bundle import load_model
@@ -166,3 +167,51 @@ def test_serve_ctc_weight_reaches_the_model_processes(tmp_path, speech_dir):
             stream(live.url("/v1/stream", "ws"), file_frames(samples, rate, paced=False), rate)
         )
     assert got.text == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-backlog", "nan"], "max_backlog_s must be a positive finite number, got nan"),
+        (["--idle-timeout", "nan"], "idle_timeout_s must be a positive finite number, got nan"),
+        (["--max-session", "inf"], "max_session_s must be a positive finite number, got inf"),
+        (["--batch-wait-ms", "nan"], "batch_max_wait_ms must be a finite number >= 0, got nan"),
+        (["--batch-wait-ms", "inf"], "batch_max_wait_ms must be a finite number >= 0, got inf"),
+        (["--port", "99999"], "port must be in 0..65535"),
+        (["--port", "-1"], "port must be in 0..65535"),
+        (["--beam", "0"], "--beam must be >= 1, got 0"),
+    ],
+)
+def test_serve_refuses_settings_it_cannot_run_with(tiny_bundle, args, message):
+    """Refused at startup with the reason, before any model process starts or port opens."""
+    done = subprocess.run(
+        [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_serve_keeps_the_api_key_out_of_its_log(tiny_bundle):
+    """Browsers send the key as ?token=: uvicorn's access lines, HTTP and WebSocket, show
+    the parameter with its value redacted."""
+    key = "sekrit-key-123"
+    args = [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle)]
+    with serve_process([*args, "--workers", "0", "--api-key", key], REPO) as served:
+        base = f"127.0.0.1:{served.port}"
+        with urllib.request.urlopen(f"http://{base}/readyz?token={key}", timeout=5) as r:
+            assert r.status == 200
+
+        async def session(query: str) -> None:
+            async with connect(f"ws://{base}/v1/stream?{query}") as ws:
+                await ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+                assert json.loads(await ws.recv())["type"] == "ready"
+
+        asyncio.run(session(f"token={key}"))
+        asyncio.run(session(f"sample_rate=1&tok%65n={key}"))  # the name, percent-encoded
+    assert key not in served.output, served.output
+    assert re.search(r'"GET /readyz\?token=\*\*\* HTTP/1\.1" 200', served.output), served.output
+    assert '"WebSocket /v1/stream?token=***" [accepted]' in served.output, served.output
+    assert '"WebSocket /v1/stream?sample_rate=1&tok%65n=***" [accepted]' in served.output
