@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import sys
@@ -30,7 +31,8 @@ from typing import NoReturn, TextIO
 import numpy as np
 from pydantic import TypeAdapter
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.uri import parse_uri
 
 from asr.audio import MAX_RATE, MIN_RATE, read_audio, resample
 from asr.formats import FORMATS, format_of, plain_text, render
@@ -42,11 +44,13 @@ _SAMPLE_BYTES = {"pcm_s16le": 2, "f32le": 4}
 
 
 class StreamError(Exception):
-    """The server refused or ended the stream with an error."""
+    """The server refused or ended the stream with an error; ``transcript`` holds what came
+    before it (idle_timeout and session_too_long send the finals first)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, transcript: Transcript | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.transcript = transcript
 
 
 @dataclass
@@ -90,7 +94,7 @@ async def stream(
         await ws.send(start.model_dump_json(exclude_none=True))
         ready = _SERVER_MESSAGE.validate_json(await ws.recv())
         if not isinstance(ready, Ready):
-            _raise_unexpected(ready)
+            _raise_unexpected(ready, transcript)
         sender = asyncio.create_task(_send(ws, frames, transcript, _SAMPLE_BYTES[encoding]))
         try:
             async for raw in ws:
@@ -106,21 +110,23 @@ async def stream(
                     transcript.end_at = time.monotonic()
                     return transcript
                 else:
-                    _raise_unexpected(message)
+                    _raise_unexpected(message, transcript)
         except ConnectionClosed as err:
             raise StreamError(
-                "closed", f"connection closed without an end message ({err})"
+                "closed", f"connection closed without an end message ({err})", transcript
             ) from None
         finally:
             sender.cancel()
             await asyncio.gather(sender, return_exceptions=True)
-    raise StreamError("closed", "the server closed the connection without an end message")
+    raise StreamError(
+        "closed", "the server closed the connection without an end message", transcript
+    )
 
 
-def _raise_unexpected(message: Ready | Result | End | Error) -> NoReturn:
+def _raise_unexpected(message: Ready | Result | End | Error, transcript: Transcript) -> NoReturn:
     if isinstance(message, Error):
-        raise StreamError(message.code.value, message.message)
-    raise StreamError("protocol", f"unexpected {message.type} message")
+        raise StreamError(message.code.value, message.message, transcript)
+    raise StreamError("protocol", f"unexpected {message.type} message", transcript)
 
 
 async def _send(
@@ -237,6 +243,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if (args.file is None) == (not args.mic):
         raise ValueError("give either an audio FILE or --mic")
+    if not (math.isfinite(args.frame_ms) and args.frame_ms > 0):
+        raise ValueError(
+            f"--frame-ms must be a positive number of milliseconds, got {args.frame_ms}"
+        )
+    try:
+        parse_uri(args.url)
+    except InvalidURI as err:
+        raise ValueError(f"--url: {err} (e.g. {DEFAULT_URL})") from None
     output = args.format
     if args.out is not None:
         output = output or format_of(args.out)
@@ -246,21 +260,29 @@ def run(args: argparse.Namespace) -> int:
     try:
         transcript = asyncio.run(_main(args, live))
     except StreamError as err:
+        if output is not None and err.transcript is not None and err.transcript.segments:
+            _deliver(err.transcript, output, args.out)  # the finals that came are kept
         print(f"asr stream: server error {err}", file=sys.stderr)
+        return 1
+    except InvalidHandshake as err:  # not a WebSocket endpoint: a wrong path, an HTTP server
+        print(f"asr stream: {args.url} refused the stream: {err}", file=sys.stderr)
         return 1
     except OSError as err:
         print(f"asr stream: cannot reach {args.url}: {err}", file=sys.stderr)
         return 1
-    if output is None:
-        return 0
+    return 0 if output is None else _deliver(transcript, output, args.out)
+
+
+def _deliver(transcript: Transcript, output: str, out: Path | None) -> int:
+    """The transcript in ``output``, written to ``out`` or else printed; the exit status."""
     document = render(output, transcript.segments, transcript.audio_seconds)
-    if args.out is None:
+    if out is None:
         sys.stdout.write(document)
         return 0
     try:
-        args.out.write_text(document, encoding="utf-8")
+        out.write_text(document, encoding="utf-8")
     except OSError as err:
-        print(f"asr stream: cannot write {args.out}: {err}", file=sys.stderr)
+        print(f"asr stream: cannot write {out}: {err}", file=sys.stderr)
         return 1
     return 0
 

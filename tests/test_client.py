@@ -12,6 +12,7 @@ import pytest
 from asr.formats import FORMATS, plain_text, render
 from server.live import LiveServer
 from server.settings import Settings
+from tests.test_formats import parse_subtitles
 from tests.test_server_support import offline_text, recognizer, speechlike, write_wav
 
 KEY = "client-key"
@@ -77,9 +78,13 @@ def test_client_writes_the_transcript_formats(server, tiny_bundle, tmp_path, fmt
         (["--format", "docx"], "invalid choice: 'docx'"),
         (["--out", "transcript.docx"], "cannot tell the format of transcript.docx"),
         (["--out", "missing/transcript.srt"], "missing is not a directory"),
+        (["--frame-ms", "0"], "--frame-ms must be a positive number of milliseconds, got 0.0"),
+        (["--frame-ms", "-100"], "--frame-ms must be a positive number"),
+        (["--frame-ms", "nan"], "--frame-ms must be a positive number"),
+        (["--url", "http://127.0.0.1:9/v1/stream"], "scheme isn't ws or wss"),
     ],
 )
-def test_client_refuses_output_it_cannot_write(tmp_path, args, message):
+def test_client_refuses_options_it_cannot_use(tmp_path, args, message):
     """Refused before connecting (the URL is unreachable): exit status 2 and the reason."""
     wav = write_wav(tmp_path / "speech.wav", speechlike(0.5), 16000)
     done = subprocess.run(
@@ -98,6 +103,40 @@ def test_client_reports_server_errors(server, tmp_path):
     done = asr_stream(str(wav), "--url", server.url("/v1/stream", "ws"), "--fast", key="wrong")
     assert done.returncode == 1
     assert "unauthorized" in done.stderr
+
+
+def test_client_wrong_path_is_a_one_line_error(server, tmp_path):
+    """A server that answers the handshake with an HTTP status (no WebSocket at that path)."""
+    wav = write_wav(tmp_path / "speech.wav", speechlike(0.5), 16000)
+    done = asr_stream(str(wav), "--url", server.url("/v1/nowhere", "ws"), "--fast")
+    assert done.returncode == 1
+    assert "refused the stream" in done.stderr and "HTTP 403" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def short_sessions(tiny_bundle):
+    """Sessions end with session_too_long after 2 s, their finals flushed first."""
+    with LiveServer(Settings(model=tiny_bundle, max_session_s=2.0, workers=0)) as live:
+        yield live
+
+
+def test_client_keeps_the_finals_of_a_session_ended_by_an_error(short_sessions, tmp_path):
+    """The server flushes the finals before session_too_long: --out still writes them and
+    --format still prints them; then the error is reported, exit status 1."""
+    wav = write_wav(tmp_path / "speech.wav", speechlike(4.0, seed=14), 16000)
+    url = short_sessions.url("/v1/stream", "ws")
+    out = tmp_path / "transcript.srt"
+    done = asr_stream(str(wav), "--url", url, "--out", str(out))
+    assert done.returncode == 1
+    assert done.stderr.startswith("asr stream: server error session_too_long:"), done.stderr
+    live = " ".join(done.stdout.splitlines())
+    assert live, "the finals before the limit should say something"
+    assert " ".join(cue[2] for cue in parse_subtitles("srt", out.read_text())) == live
+    done = asr_stream(str(wav), "--url", url, "--format", "txt")
+    assert done.returncode == 1
+    assert "server error session_too_long" in done.stderr
+    assert done.stdout.strip() and done.stdout.count("\n") == 1, done.stdout
 
 
 def test_client_two_pass_flags(server, tiny_bundle, tmp_path):
