@@ -40,10 +40,13 @@ def check_sample_rate(rate: object) -> int:
     return int(rate)
 
 
-def check_samples(x: object) -> np.ndarray:
+def check_samples(x: object, clip: bool = False) -> np.ndarray:
     """Return ``x`` as 1-D float32 in [-1, 1] scale, or raise on anything a stream should not get.
 
-    int16 is scaled by 1/32768 so raw PCM and float audio land on the same scale.
+    int16 is scaled by 1/32768 so raw PCM and float audio land on the same scale. ``clip``
+    bounds float samples to [-1, 1], as int16 ones are by construction: for audio from
+    outside (a client's f32le, a float WAV), since finite samples far beyond full scale
+    overflow the resampler and the filterbank (infinity, NaN).
     """
     if not isinstance(x, np.ndarray):
         raise ValueError(f"samples must be a numpy array, got {type(x).__name__}")
@@ -56,6 +59,8 @@ def check_samples(x: object) -> np.ndarray:
     if x.dtype not in (np.float32, np.float64):
         raise ValueError(f"samples must be float32, float64 or int16, got {x.dtype}")
     _check_finite(x)
+    if clip:
+        x = np.clip(x, -1.0, 1.0)  # before float64 -> float32, which could overflow
     return np.ascontiguousarray(x, dtype=np.float32)
 
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -268,26 +268,52 @@ def frames_of_many(
 ) -> list[np.ndarray]:
     """Frames of new 16 kHz audio (may be empty) for several streams of one front end, each
     ending there if ``finish`` says so. Whisper streams run their chunks through the encoder
-    together (``encode_streams``); a stream alone gives the same frames bit for bit."""
+    together (``encode_streams``); a stream alone gives the same frames bit for bit. Raises
+    the first stream's failure (``frames_of_each`` gives each its own)."""
+    outcomes = frames_of_each(streams, audio, finish)
+    for outcome in outcomes:
+        if isinstance(outcome, ValueError):
+            raise outcome
+    return cast(list[np.ndarray], outcomes)
+
+
+def frames_of_each(
+    streams: Sequence[FrontendStream], audio: Sequence[np.ndarray], finish: Sequence[bool]
+) -> list[np.ndarray | ValueError]:
+    """``frames_of_many``, where a stream whose features fail gets the failure as its outcome
+    and the others go on: a stream's features read its own audio alone, so their failure is
+    that audio's (a ValueError, as bad audio is), never a reason to fail the rest."""
     whisper = [s for s in streams if isinstance(s, _WhisperStream)]
     if whisper and len(whisper) != len(streams):
         raise ValueError("frames_of_many needs the streams of one front end")
-    if not whisper:
-        out = []
-        for stream, x, last in zip(streams, audio, finish):
-            parts = [stream.accept(x)] if len(x) else []
-            out.append(np.concatenate([*parts, stream.finish()]) if last else _join(parts))
-        return out
-    mels = []
-    for stream, x, last in zip(whisper, audio, finish):
+    outcomes: list[np.ndarray | ValueError] = []
+    for stream, x, last in zip(streams, audio, finish):
+        try:
+            outcomes.append(_features(stream, x, last))
+        except Exception as err:
+            message = f"cannot compute features of this audio: {err}"
+            outcomes.append(err if isinstance(err, ValueError) else ValueError(message))
+    if whisper:  # the log-mel frames of the streams that have them go through the encoder
+        fine = [k for k, o in enumerate(outcomes) if not isinstance(o, ValueError)]
+        mels = [torch.from_numpy(cast(np.ndarray, outcomes[k])) for k in fine]
+        for k, mel in zip(fine, mels):
+            whisper[k].remember(mel)
+        states = encode_streams([whisper[k].encoder for k in fine], mels, [finish[k] for k in fine])
+        for k, state in zip(fine, states):
+            outcomes[k] = state.numpy()
+    return outcomes
+
+
+def _features(stream: FrontendStream, x: np.ndarray, last: bool) -> np.ndarray:
+    """One stream's own work on its new audio: fbank frames, or Whisper's log-mel frames (for
+    the encoder, which runs the chunks of all streams together)."""
+    if isinstance(stream, _WhisperStream):
         if stream.restart is not None:
             stream.restart.add(x)
         parts = [stream.mel.accept(x)] if len(x) else []
-        mels.append(torch.from_numpy(_join([*parts, stream.mel.finish()] if last else parts)))
-    for stream, mel in zip(whisper, mels):
-        stream.remember(mel)
-    states = encode_streams([s.encoder for s in whisper], mels, finish)
-    return [t.numpy() for t in states]
+        return _join([*parts, stream.mel.finish()] if last else parts)
+    parts = [stream.accept(x)] if len(x) else []
+    return np.concatenate([*parts, stream.finish()]) if last else _join(parts)
 
 
 def _join(parts: list[np.ndarray]) -> np.ndarray:

@@ -21,7 +21,7 @@ from asr.audio import HopLoudness, StreamResampler, check_sample_rate, check_sam
 from asr.config import Config, DecodeConfig
 from asr.decoding import Segment, SegmentSearch, search_states
 from asr.events import Event
-from asr.frontend import Frontend, PauseRestart, frames_of_many
+from asr.frontend import Frontend, PauseRestart, frames_of_each
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
@@ -99,7 +99,12 @@ def _step_round(
             outcomes[k] = err
     streams = [sessions[k]._frames for k in audio]
     finishing = [inputs[k] is None for k in audio]
-    frames = dict(zip(audio, frames_of_many(streams, list(audio.values()), finishing)))
+    frames: dict[int, np.ndarray] = {}
+    for k, got in zip(audio, frames_of_each(streams, list(audio.values()), finishing)):
+        if isinstance(got, ValueError):
+            outcomes[k] = got
+        else:
+            frames[k] = got
     encoded: dict[int, torch.Tensor] = {}
     ready = [k for k, f in frames.items() if len(f)]
     if ready:
@@ -217,7 +222,7 @@ class StreamingSession:
         return self._search.evaluations
 
     def accept(self, samples: np.ndarray) -> list[Event]:
-        """Feed audio at the session's sample rate (float in [-1, 1] or int16); return new events."""
+        """Feed audio at the session's rate (float, clipped to [-1, 1], or int16); new events."""
         return _raise_or_return(step_sessions([self], [samples])[0])
 
     def finish(self) -> list[Event]:
@@ -239,7 +244,7 @@ class StreamingSession:
             pad = round(self.config.decode.end_pad_s * self._resampler.dst)
             audio16k = np.concatenate([self._resampler.flush(), np.zeros(pad, np.float32)])
         else:
-            x = check_samples(samples)  # validates before any state changes
+            x = check_samples(samples, clip=True)  # validates before any state changes
             self.audio_seconds += len(x) / self.sample_rate
             audio16k = self._resampler.process(x)
         self._hop_db.extend(self._loudness.add(audio16k).tolist())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import tempfile
 import time
@@ -35,6 +36,7 @@ from server.settings import Settings
 from server.state import ServerState
 from server.stream import serve_stream
 
+log = logging.getLogger("server")
 STATIC = Path(__file__).parent / "static"
 # the transcript endpoints also answer in these media types (?format=)
 _TEXT_RESPONSES: dict[int | str, dict] = {
@@ -148,8 +150,11 @@ def create_app(settings: Settings) -> FastAPI:
             raise HTTPFault(503, err.code.value, err.message) from None
         except LaneDied as err:
             raise HTTPFault(500, "internal_error", str(err)) from None
-        except ValueError as err:
+        except ValueError as err:  # audio the model cannot take
             raise HTTPFault(400, "invalid_audio", str(err)) from None
+        except RuntimeError:  # a typed answer all the same, as a stream's internal_error
+            log.exception("transcription failed")
+            raise HTTPFault(500, "internal_error", "internal server error") from None
         state.metrics.http_latency.observe(time.perf_counter() - started)
         return _formatted(output, events, duration)
 

@@ -295,8 +295,6 @@ def serve_sessions(
 ) -> None:
     """A model process's loop: load the model, say what it can do (which also says it is
     ready), then answer batches until told to stop."""
-    from asr.streaming import step_sessions as run_sessions
-
     try:
         recognizer, capabilities = _load(model, threads, beam, lm_weight, ctc_weight)
     except Exception as err:
@@ -318,18 +316,30 @@ def serve_sessions(
                 reply = _portable(err)
             conn.send(reply)
             continue
-        drops, items = payload
-        for sid in drops:
+        try:
+            reply = _run_steps(recognizer, sessions, *payload)
+        except Exception as err:  # the batch's steps fail, not the process and its sessions
+            reply = [_portable(err)] * len(payload[1])
+        conn.send(reply)
+
+
+def _run_steps(
+    recognizer: Any, sessions: dict[int, Any], drops: list[int], items: list[tuple]
+) -> list[list[Event] | Exception]:
+    """One batch: forget the ended sessions, make the new ones, step them all together."""
+    from asr.streaming import step_sessions as run_sessions
+
+    for sid in drops:
+        sessions.pop(sid, None)
+    for sid, rate, two_pass, _ in items:
+        if sid not in sessions:  # the rate and two_pass were checked on open
+            sessions[sid] = recognizer.stream(rate, two_pass)
+    streams = [sessions[sid] for sid, _, _, _ in items]
+    outcomes = run_sessions(streams, [samples for _, _, _, samples in items])
+    for (sid, _, _, _), stream in zip(items, streams):
+        if stream.finished:
             sessions.pop(sid, None)
-        for sid, rate, two_pass, _ in items:
-            if sid not in sessions:  # the rate and two_pass were checked on open
-                sessions[sid] = recognizer.stream(rate, two_pass)
-        streams = [sessions[sid] for sid, _, _, _ in items]
-        outcomes = run_sessions(streams, [samples for _, _, _, samples in items])
-        for (sid, _, _, _), stream in zip(items, streams):
-            if stream.finished:
-                sessions.pop(sid, None)
-        conn.send([_portable(o) if isinstance(o, Exception) else o for o in outcomes])
+    return [_portable(o) if isinstance(o, Exception) else o for o in outcomes]
 
 
 def _portable(err: Exception) -> Exception:

@@ -664,6 +664,50 @@ def test_http_upload_limit(limited):
     assert (status, result["code"]) == (413, "too_large")
 
 
+# --- one model process shared: bad input and long uploads -----------------------
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_bundle):
+    """A single model process: every session and upload shares it."""
+    with LiveServer(Settings(model=tiny_bundle, workers=1)) as live:
+        yield live
+
+
+def out_of_range(rate: int) -> np.ndarray:
+    """Finite f32 samples far beyond full scale (up to 2.7e38), which once made the front end
+    fail (NaN mel energy; an infinite resampler output) and took the model process down."""
+    return (speechlike(1.0, rate, seed=11) * np.float32(3e38)).astype("<f4")
+
+
+@pytest.mark.parametrize("rate", [16000, 22050])
+def test_out_of_range_f32_is_clipped_and_harms_no_other_session(one_process, tiny_bundle, rate):
+    """Such samples are clipped to [-1, 1], as int16 audio is by construction: that session
+    is transcribed as the clipped audio, the paced session beside it on the same model process
+    is untouched, and the process never restarts."""
+    huge = out_of_range(rate)
+    frames = [start(rate, "f32le"), huge.tobytes(), '{"type": "stop"}']
+    (messages, close), healthy = with_healthy_session(
+        one_process, lambda: exchange(ws_url(one_process), frames)
+    )
+    assert messages[-1] == {"type": "end", "reason": "stop"} and close == 1000, messages
+    finals = [m["text"] for m in messages if m["type"] == "final" and m["text"]]
+    assert " ".join(finals) == offline_text(tiny_bundle, np.clip(huge, -1, 1), rate)
+    assert healthy.text == offline_text(tiny_bundle, AUDIO, 16000)
+    assert metric(one_process, "asr_model_restarts_total") == 0
+    assert one_process.get_json("/readyz")[1]["live_processes"] == 1
+
+
+def test_http_out_of_range_f32_is_clipped(one_process, tiny_bundle):
+    huge = out_of_range(16000)
+    status, result = post(
+        one_process, "/v1/transcribe?sample_rate=16000&encoding=f32le", huge.tobytes(), RAW
+    )
+    assert status == 200, result
+    assert result["text"] == offline_text(tiny_bundle, np.clip(huge, -1, 1), 16000)
+    assert metric(one_process, "asr_model_restarts_total") == 0
+
+
 # --- transcript formats ---------------------------------------------------------
 
 LONG = speechlike(6.0, seed=5)  # several segments of the tiny model

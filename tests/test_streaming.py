@@ -426,6 +426,31 @@ def test_int16_input_gives_the_same_tokens_as_float(recognizers, utterances) -> 
     assert got == expected
 
 
+@pytest.mark.parametrize("bundle", ["tiny_bundle", "whisper_bundle"])
+def test_a_front_end_failure_in_a_batch_ends_only_its_own_session(
+    request, bundle, utterances
+) -> None:
+    """One session's feature extractor fails inside a batched step (as kaldi's fbank did on
+    samples far beyond full scale: "mel energy is nan"): that session gets the failure as bad
+    audio (a ValueError: invalid_audio to a client), the session stepped with it goes on as
+    alone, and a model process would live on."""
+    recognizer = load_model(request.getfixturevalue(bundle))
+    (x, rate), (y, _) = utterances[0], utterances[1]
+    good, bad = recognizer.stream(rate), recognizer.stream(rate)
+    frames = bad._frames
+    extractor = frames.mel if hasattr(frames, "mel") else frames._fbank  # type: ignore[attr-defined]
+
+    def fail(samples: np.ndarray) -> np.ndarray:
+        raise RuntimeError("mel energy is nan")
+
+    extractor.accept = fail
+    half = len(x) // 2
+    outcomes = step_sessions([good, bad], [x[:half], y])
+    assert isinstance(outcomes[1], ValueError) and "mel energy is nan" in str(outcomes[1])
+    events = outcomes[0] + good.accept(x[half:]) + good.finish()
+    assert finals(events) == finals(recognizer.transcribe_segments(x, rate))
+
+
 def test_sessions_stepped_together_give_what_each_gives_alone(
     recognizers, utterances, offline
 ) -> None:
