@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -127,12 +127,13 @@ class Recognizer:
         ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the memory a long
         file needs and lets ``progress`` hear the seconds of audio done after each piece."""
         session = self.stream(sample_rate)
-        step = int(OFFLINE_CHUNK_S * sample_rate)
         events: list[Event] = []
-        for begin in range(0, max(len(samples), 1), step):  # empty input: one (refused) piece
-            events += session.accept(samples[begin : begin + step])
+        done = 0
+        for piece in offline_pieces(samples, sample_rate):
+            events += session.accept(piece)
+            done += len(piece)
             if progress is not None:
-                progress(min(begin + step, len(samples)) / sample_rate)
+                progress(done / sample_rate)
         events += session.finish()
         return [e for e in events if e.final]
 
@@ -142,6 +143,15 @@ class Recognizer:
     def set_search_arguments(self, args: argparse.Namespace) -> None:
         """``set_search`` with what a command's ``add_search_arguments`` options parsed to."""
         self.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight, args.end_pad)
+
+
+def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray]:
+    """The pieces of ``OFFLINE_CHUNK_S`` seconds offline transcription feeds its session (the
+    server's uploads too, so that they give the same finals); an empty signal is one empty
+    piece, which the session refuses."""
+    step = int(OFFLINE_CHUNK_S * sample_rate)
+    for begin in range(0, max(len(samples), 1), step):
+        yield samples[begin : begin + step]
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:

@@ -14,6 +14,10 @@ A model process can die under the server (OOM killer, crash, ``kill -9``); its
 lane then replaces it (``server/supervision.py`` decides when), and the lane's
 sessions of the dead process end with an error instead of continuing silently
 without their state.
+
+Uploads (``Lane.transcribe``) run as sessions of the lane too, one piece at a time,
+so a long file takes turns with the streaming sessions instead of holding the
+model thread for all of its length.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 
 from asr.audio import check_sample_rate
 from asr.events import Event
+from asr.recognizer import offline_pieces
 from server.batching import BatchWorker, Outcome, Step, step_sessions
 from server.settings import Settings
 
@@ -74,12 +79,18 @@ class Lane:
             on_batch=on_batch,
         )
         self.sessions = 0  # open streaming sessions
+        self.uploads = 0  # whole-file transcriptions under way
         self.live = False
         self.capabilities = Capabilities()  # of the model last loaded
         self.died: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def load(self) -> None:
         raise NotImplementedError
+
+    @property
+    def busy(self) -> int:
+        """What the choice of a lane for new work ranks: its sessions and uploads."""
+        return self.sessions + self.uploads
 
     def open(self, sample_rate: int, two_pass: bool | None = None) -> Any:
         """A new stream (raises ValueError for an unsupported rate); ``two_pass`` (None: the
@@ -93,10 +104,27 @@ class Lane:
 
     def close(self, stream: Any) -> None:
         """The session is over: release the stream."""
+        self._forget(stream)
         self.sessions -= 1
 
+    def _forget(self, stream: Any) -> None:
+        """Release a stream's state in the model (the process lane's job)."""
+
     async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
-        raise NotImplementedError
+        """The finals of a whole file: a session of the lane fed the pieces offline
+        transcription feeds (the same finals), each a step of its own that waits its turn
+        with the streaming sessions' steps, so none of them waits for the whole file."""
+        stream = self._new_stream(sample_rate, None)
+        self.uploads += 1
+        try:
+            events: list[Event] = []
+            for piece in offline_pieces(samples, sample_rate):
+                events += await self.worker.accept(stream, piece)
+            events += await self.worker.finish(stream)
+        finally:
+            self.uploads -= 1
+            self._forget(stream)
+        return [event for event in events if event.final]
 
     async def stop(self) -> None:
         await self.worker.close()
@@ -117,9 +145,6 @@ class LocalLane(Lane):
 
     def _new_stream(self, sample_rate: int, two_pass: bool | None) -> Any:
         return self.recognizer.stream(sample_rate, two_pass)
-
-    async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
-        return await self.worker.run(self.recognizer.transcribe_segments, samples, sample_rate)
 
 
 @dataclass(frozen=True)
@@ -229,13 +254,9 @@ class ProcessLane(Lane):
         rate = check_sample_rate(sample_rate)
         return RemoteStream(next(self._ids), rate, two_pass, self.generation)
 
-    def close(self, stream: RemoteStream) -> None:
+    def _forget(self, stream: RemoteStream) -> None:
         if stream.generation == self.generation:
             self._drops.append(stream.sid)
-        super().close(stream)
-
-    async def transcribe(self, samples: np.ndarray, sample_rate: int) -> list[Event]:
-        return await self.worker.run(self._call, ("transcribe", (samples, sample_rate)))
 
     async def stop(self) -> None:
         await super().stop()  # the worker's thread is done with the pipe
@@ -309,15 +330,8 @@ def serve_sessions(
             return
         if kind == "stop":
             return
-        if kind == "transcribe":
-            try:
-                reply: Any = recognizer.transcribe_segments(*payload)
-            except Exception as err:
-                reply = _portable(err)
-            conn.send(reply)
-            continue
         try:
-            reply = _run_steps(recognizer, sessions, *payload)
+            reply: Any = _run_steps(recognizer, sessions, *payload)
         except Exception as err:  # the batch's steps fail, not the process and its sessions
             reply = [_portable(err)] * len(payload[1])
         conn.send(reply)

@@ -81,11 +81,12 @@ class ServerState:
         return {"available": live[0].two_pass, "default": live[0].two_pass_default}
 
     def least_busy(self) -> Lane:
-        """The lane for a new session or upload: the live one with the fewest open sessions."""
+        """The lane for a new session or upload: the live one with the fewest open sessions
+        and uploads (by sessions alone, every upload would go to the first lane)."""
         live = [lane for lane in self.lanes if lane.live]
         if not live:
             raise ProtocolError(ErrorCode.NOT_READY, self.why_not_ready)
-        return min(live, key=lambda lane: lane.sessions)
+        return min(live, key=lambda lane: lane.busy)
 
     @property
     def status(self) -> str:

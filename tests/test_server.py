@@ -708,6 +708,60 @@ def test_http_out_of_range_f32_is_clipped(one_process, tiny_bundle):
     assert metric(one_process, "asr_model_restarts_total") == 0
 
 
+UPLOAD = speechlike(180.0, seed=9)  # ~3 s of the tiny model's compute
+
+
+async def upload_while(live: LiveServer, during: Callable[[], Awaitable]) -> tuple:
+    """POST ``UPLOAD`` and run ``during`` once the server has taken its audio (its model work
+    is then queued or running); (the upload's transcript, ``during``'s outcome, the seconds
+    from the upload's start at which each ended)."""
+    began, ended = time.monotonic(), {}
+    audio_before = metric(live, "asr_audio_seconds_total")
+
+    async def upload():
+        path = "/v1/transcribe?sample_rate=16000"
+        result = await asyncio.to_thread(post, live, path, s16le(UPLOAD), RAW)
+        ended["upload"] = time.monotonic() - began
+        return result
+
+    uploading = asyncio.create_task(upload())
+    while await asyncio.to_thread(metric, live, "asr_audio_seconds_total") < audio_before + 180:
+        assert not uploading.done(), uploading.result()  # refused before its audio was taken
+        await asyncio.sleep(0.02)
+    outcome = await during()
+    ended["during"] = time.monotonic() - began
+    return await uploading, outcome, ended
+
+
+def test_upload_takes_turns_with_the_streams_of_its_model_process(one_process, tiny_bundle):
+    """A long upload runs in pieces between the streaming steps of its model process, so a
+    session started while it runs is served to its end long before the upload finishes (it
+    once waited for the whole upload); the upload's transcript is the offline one."""
+    (status, result), transcript, ended = asyncio.run(
+        upload_while(one_process, lambda: stream_samples(one_process, AUDIO, 16000))
+    )
+    assert status == 200, result
+    assert result["text"] == offline_text(tiny_bundle, UPLOAD, 16000)
+    assert transcript.text == offline_text(tiny_bundle, AUDIO, 16000)
+    assert ended["during"] < ended["upload"] / 2, ended
+
+
+def test_uploads_count_when_a_model_process_is_chosen(tiny_bundle):
+    """A session started while an upload runs goes to the model process without it (ranked
+    by open sessions alone, both went to the first)."""
+
+    async def session_lanes(live: LiveServer) -> list[int]:
+        async with connect(ws_url(live)) as ws:
+            await ws.send(start())
+            assert json.loads(await ws.recv())["type"] == "ready"
+            return [lane.sessions for lane in live.app.state.asr.lanes]
+
+    with LiveServer(Settings(model=tiny_bundle, workers=2)) as live:
+        (status, result), lanes, _ = asyncio.run(upload_while(live, lambda: session_lanes(live)))
+    assert status == 200, result
+    assert lanes == [0, 1]
+
+
 # --- transcript formats ---------------------------------------------------------
 
 LONG = speechlike(6.0, seed=5)  # several segments of the tiny model
