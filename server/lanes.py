@@ -15,6 +15,11 @@ lane then replaces it (``server/supervision.py`` decides when), and the lane's
 sessions of the dead process end with an error instead of continuing silently
 without their state.
 
+Model processes ignore SIGINT and SIGTERM: Ctrl-C at a terminal, a SIGTERM to the
+process group or to a whole container or unit reaches them too, and the server
+must flush its open sessions through them before it stops them itself. They
+still go with the server: a closed pipe ends them.
+
 Uploads (``Lane.transcribe``) run as sessions of the lane too, one piece at a time,
 so a long file takes turns with the streaming sessions instead of holding the
 model thread for all of its length.
@@ -26,6 +31,8 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import multiprocessing.util
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -175,6 +182,7 @@ class ProcessLane(Lane):
         self.live_since = 0.0  # monotonic time the current process finished loading
         self._ids = itertools.count()
         self._drops: deque[int] = deque()  # ended sessions, sent with the next batch
+        self._at_exit: multiprocessing.util.Finalize | None = None
 
     @property
     def pid(self) -> int | None:
@@ -226,14 +234,22 @@ class ProcessLane(Lane):
             name="asr-model",
             daemon=True,
         )
+        # blocked from the start (a child inherits the mask): a signal to the group while
+        # the process boots waits, and is dropped once serve_sessions ignores it
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
         try:
             process.start()
         except BaseException:
             conn.close()
             raise
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             child.close()
         self._conn, self._process = conn, process
+        # the process ignores SIGTERM, which is how multiprocessing ends it at exit before
+        # waiting for it: a server that exits without stop() (a second Ctrl-C skips the app's
+        # shutdown) closes the pipe first, or that wait would never end
+        self._at_exit = multiprocessing.util.Finalize(self, self._release, exitpriority=0)
         self._drops.clear()  # they belonged to the previous process
         self.capabilities = self._receive()  # the load's outcome: what the model can do
 
@@ -241,7 +257,8 @@ class ProcessLane(Lane):
         """Close the pipe and reap the process (killed if it does not stop within 5 s)."""
         if self._process is None:
             return
-        assert self._conn is not None
+        assert self._conn is not None and self._at_exit is not None
+        self._at_exit.cancel()
         self._conn.close()
         self._process.join(5)
         if self._process.is_alive():
@@ -306,6 +323,9 @@ def make_lanes(settings: Settings, on_batch: Any) -> list[Lane]:
 
 
 # -- the model process -------------------------------------------------------------
+GROUP_SIGNALS = {signal.SIGINT, signal.SIGTERM}  # a model process ignores them
+
+
 def serve_sessions(
     conn: Connection,
     model: str,
@@ -315,7 +335,10 @@ def serve_sessions(
     ctc_weight: float | None,
 ) -> None:
     """A model process's loop: load the model, say what it can do (which also says it is
-    ready), then answer batches until told to stop."""
+    ready), then answer batches until told to stop or the server is gone."""
+    for sig in GROUP_SIGNALS:  # the server stops this process itself, after its flush
+        signal.signal(sig, signal.SIG_IGN)  # which also drops one that came while booting
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
     try:
         recognizer, capabilities = _load(model, threads, beam, lm_weight, ctc_weight)
     except Exception as err:
@@ -326,7 +349,7 @@ def serve_sessions(
     while True:
         try:
             kind, payload = conn.recv()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, OSError):  # the server is gone
             return
         if kind == "stop":
             return
@@ -334,7 +357,10 @@ def serve_sessions(
             reply: Any = _run_steps(recognizer, sessions, *payload)
         except Exception as err:  # the batch's steps fail, not the process and its sessions
             reply = [_portable(err)] * len(payload[1])
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # the server is gone
+            return
 
 
 def _run_steps(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -20,6 +21,7 @@ from typing import IO
 
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from asr.audio import read_audio
 from asr.bundle import load_model
@@ -27,6 +29,7 @@ from server.client import file_frames, stream
 from server.live import LiveServer
 from server.settings import Settings
 from tests.conftest import build_bundle
+from tests.test_server_support import offline_text, s16le, speechlike
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,9 +77,13 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None):
+def serve_process(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, own_group: bool = False
+):
     """Run ``args`` (an `asr serve` command line) with ``--port`` a free port until it is
     ready; on exit send SIGTERM, as an orchestrator would, and keep its output.
+    ``own_group``: in a process group of its own (its pid is the group's id), as a
+    terminal or an orchestrator runs it, so that the test may signal the whole group.
 
     The output goes to a file, not a pipe: a long-running server would block on a full
     pipe that nobody reads."""
@@ -89,6 +96,7 @@ def serve_process(args: list[str], cwd: Path, env: dict[str, str] | None = None)
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
+            process_group=0 if own_group else None,
         )
         served = Served(process, port)
         try:
@@ -109,6 +117,86 @@ def test_serve_runs_and_stops_on_sigterm(tiny_bundle):
     # uvicorn re-raises the signal once it has shut down cleanly
     assert served.process.returncode in (0, -signal.SIGTERM), served.output
     assert "Application shutdown complete" in served.output
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its model processes, the multiprocessing helpers)."""
+    found = []
+    for path in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(c) for c in path.read_text().split()]
+    return found
+
+
+def gone(pids: list[int], timeout: float = 10.0) -> bool:
+    """Whether every process in ``pids`` has exited (and been reaped) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_the_process_group_flushes_open_sessions(tiny_bundle, sig):
+    """Ctrl-C at a terminal (SIGINT) or a SIGTERM to the process group reaches the model
+    processes too: they ignore it, so the server flushes the open session (its finals, end
+    with reason shutdown, close 1001), then stops its model processes and exits."""
+    sent = speechlike(1.5, seed=1)[:16000]
+    args = [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle)]
+
+    async def session(served: Served) -> tuple[list[dict], int | None]:
+        async with connect(f"ws://127.0.0.1:{served.port}/v1/stream") as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            await ws.send(s16le(sent))
+            await asyncio.sleep(0.3)
+            os.killpg(served.process.pid, sig)
+            messages = []
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    messages.append(json.loads(await ws.recv()))
+            return messages, ws.close_code
+
+    with serve_process([*args, "--workers", "1"], REPO, own_group=True) as served:
+        models = children(served.process.pid)
+        messages, close = asyncio.run(session(served))
+        served.process.wait(timeout=60)
+    assert messages[-1] == {"type": "end", "reason": "shutdown"}, (messages, served.output)
+    assert close == 1001
+    finals = [m["text"] for m in messages if m["type"] == "final" and m["text"]]
+    assert " ".join(finals) == offline_text(tiny_bundle, sent, 16000)
+    assert "its sessions end" not in served.output  # no model process died under the server
+    assert "Traceback" not in served.output, served.output
+    assert models and gone(models)
+
+
+def test_model_processes_end_with_a_killed_server(tiny_bundle):
+    """Model processes that ignore SIGINT and SIGTERM still go when the server is killed
+    outright (kill -9): their pipe to it closes, and they leave no orphans."""
+    args = [sys.executable, "-m", "asr.cli", "serve", "--model", str(tiny_bundle)]
+    with serve_process([*args, "--workers", "1"], REPO, own_group=True) as served:
+        models = children(served.process.pid)
+        served.process.kill()
+        served.process.wait(timeout=60)
+    assert models and gone(models)
+
+
+def test_a_host_that_exits_without_stopping_the_server_does_not_hang(tiny_bundle):
+    """An embedding process that ends without stopping its server (or one whose app never shuts
+    down: a second Ctrl-C) exits: multiprocessing's exit handler would SIGTERM the model process,
+    which ignores it, and wait for it forever; the lane closes its pipe first."""
+    script = (
+        "from server.live import LiveServer\n"
+        "from server.settings import Settings\n"
+        "if __name__ == '__main__':\n"
+        f"    LiveServer(Settings(model={str(tiny_bundle)!r}, workers=1)).__enter__()\n"
+        "    print('ready', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout == "ready\n", done.stderr
 
 
 def test_cli_lists_every_command_and_imports_only_the_one_it_runs():
