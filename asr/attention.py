@@ -303,9 +303,7 @@ class ChunkwiseAttention(MonotonicAttention):
     """MoChA (Chiu & Raffel, 2018): monotonic choice, then softmax over the w states ending there."""
 
     def __init__(self, query_dim: int, memory_dim: int, cfg: AttentionConfig) -> None:
-        super().__init__(query_dim, memory_dim, cfg)
-        if cfg.chunk_width < 1:
-            raise ValueError(f"attention.chunk_width must be >= 1, got {cfg.chunk_width}")
+        super().__init__(query_dim, memory_dim, cfg)  # AttentionConfig checks chunk_width
         self.chunk_energy = AdditiveEnergy(query_dim, memory_dim, cfg.dim)
 
     def keys(self, memory: Tensor) -> Tensor:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
@@ -24,45 +25,111 @@ FORMAT_VERSION = 1
 AttentionKind = Literal["monotonic", "softmax", "chunkwise"]
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number setting may take. A 0 learning rate, a negative count or a CTC
+    weight of 2 would otherwise train nonsense silently or fail deep inside a run."""
+
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    below: float | None = None
+
+    def holds(self, value: float) -> bool:
+        return not (
+            (self.at_least is not None and not value >= self.at_least)
+            or (self.above is not None and not value > self.above)
+            or (self.at_most is not None and not value <= self.at_most)
+            or (self.below is not None and not value < self.below)
+        )
+
+    def __str__(self) -> str:
+        if self.at_least is not None and self.at_most is not None:
+            return f"within {self.at_least:g}..{self.at_most:g}"
+        words = ("at least", "above", "at most", "below")
+        limits = (self.at_least, self.above, self.at_most, self.below)
+        return " and ".join(f"{w} {v:g}" for w, v in zip(words, limits) if v is not None)
+
+
+def bounded(
+    default: Any,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """A dataclass field whose value (each item of a list) :class:`Checked` keeps within
+    bounds; a callable default is a factory."""
+    metadata = {"bounds": Bounds(at_least, above, at_most, below)}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+class Checked:
+    """Checks every :func:`bounded` field whenever a section is made (config file, override,
+    bundle or code), so train, serve and eval refuse the same values, naming the key."""
+
+    SECTION: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            bounds = f.metadata.get("bounds")
+            value = getattr(self, f.name)
+            values = value if isinstance(value, list) else [value]
+            if bounds is not None and not all(bounds.holds(v) for v in values):
+                each = "each " if isinstance(value, list) else ""
+                raise ValueError(f"{self.SECTION}.{f.name} must {each}be {bounds}, got {value!r}")
+
+
 @dataclass
-class FeatureConfig:
+class FeatureConfig(Checked):
     """Log-mel filterbank frontend (kaldi-native-fbank), shared by batch and stream."""
 
-    sample_rate: int = 16000
-    num_mel_bins: int = 80
-    frame_length_ms: float = 25.0
-    frame_shift_ms: float = 10.0
-    dither: float = 0.0
+    SECTION: ClassVar[str] = "model.features"
+
+    sample_rate: int = bounded(16000, at_least=1)
+    num_mel_bins: int = bounded(80, at_least=1)
+    frame_length_ms: float = bounded(25.0, above=0)
+    frame_shift_ms: float = bounded(10.0, above=0)
+    dither: float = bounded(0.0, at_least=0)
 
 
 @dataclass
-class EncoderConfig:
+class EncoderConfig(Checked):
     """Unidirectional LSTM stack; ``reductions[i]`` frames are stacked before layer i (LAS pyramid)."""
 
-    layers: int = 4
-    units: int = 256
-    reductions: list[int] = field(default_factory=lambda: [2, 2, 1, 1])
-    dropout: float = 0.1
+    SECTION: ClassVar[str] = "model.encoder"
+
+    layers: int = bounded(4, at_least=1)
+    units: int = bounded(256, at_least=1)
+    reductions: list[int] = bounded(lambda: [2, 2, 1, 1], at_least=1)  # each factor
+    dropout: float = bounded(0.1, at_least=0, below=1)
 
 
 @dataclass
-class AttentionConfig:
+class AttentionConfig(Checked):
     """Attention between decoder state and encoder memory."""
 
+    SECTION: ClassVar[str] = "model.attention"
+
     kind: AttentionKind = "monotonic"
-    dim: int = 128
-    chunk_width: int = 4  # MoChA chunk width w (chunkwise only)
-    noise_std: float = 1.0  # pre-sigmoid noise, training mode only
+    dim: int = bounded(128, at_least=1)
+    chunk_width: int = bounded(4, at_least=1)  # MoChA chunk width w (chunkwise only)
+    noise_std: float = bounded(1.0, at_least=0)  # pre-sigmoid noise, training mode only
     init_r: float = -4.0
     init_g: float | None = None  # None -> 1/sqrt(dim)
 
 
 @dataclass
-class DecoderConfig:
-    embed_dim: int = 128
-    units: int = 256
-    layers: int = 1
-    dropout: float = 0.1
+class DecoderConfig(Checked):
+    SECTION: ClassVar[str] = "model.decoder"
+
+    embed_dim: int = bounded(128, at_least=1)
+    units: int = bounded(256, at_least=1)
+    layers: int = bounded(1, at_least=1)
+    dropout: float = bounded(0.1, at_least=0, below=1)
     # Feed the last context c(i-1) into the LSTM with the last token (Bahdanau's input
     # feeding). Off, the LSTM sees tokens only, so training runs it over the whole target
     # at once and computes every step's attention energies in one batch: only the
@@ -71,17 +138,21 @@ class DecoderConfig:
 
 
 @dataclass
-class TokenizerConfig:
+class TokenizerConfig(Checked):
     """Targets: sentencepiece pieces or a plain symbol list (phones, characters)."""
 
+    SECTION: ClassVar[str] = "model.tokenizer"
+
     kind: Literal["sentencepiece", "symbols"] = "sentencepiece"
-    vocab_size: int = 256
+    vocab_size: int = bounded(256, at_least=1)
     model_type: Literal["unigram", "bpe"] = "unigram"
 
 
 @dataclass
-class WhisperConfig:
+class WhisperConfig(Checked):
     """The pretrained Whisper-base encoder as the front end (``model.frontend: whisper``)."""
+
+    SECTION: ClassVar[str] = "model.whisper"
 
     teacher: str = "models/whisper-base"  # the imported weights (`asr import-whisper`)
     # the encoder the recognizer reads (training): a distilled student's directory, or the
@@ -89,8 +160,8 @@ class WhisperConfig:
     encoder: str = ""
     # log10 mel-power floor: a constant, since Whisper's "utterance maximum - 8" cannot stream
     floor: float = -7.0
-    chunk: int = 8  # encoder states (20 ms each) decided together: 160 ms
-    left_context: int = 500  # states before a chunk that it attends to (10 s)
+    chunk: int = bounded(8, at_least=1)  # encoder states (20 ms each) decided together: 160 ms
+    left_context: int = bounded(500, at_least=0)  # states before a chunk that it attends to (10 s)
     int8: bool = False  # serve the encoder's convolutions and linear layers in int8
     # how int8 quantises: "rows", each state's activations apart (exact in any batch, and the
     # convolutions too); "dynamic", torch's per call and stream, linear layers only, as
@@ -105,7 +176,9 @@ class WhisperConfig:
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Checked):
+    SECTION: ClassVar[str] = "model"
+
     # "fbank": 80-dim filterbank (models trained from scratch); "whisper": the pretrained
     # Whisper-base encoder under the streaming mask (asr.frontend)
     frontend: Literal["fbank", "whisper"] = "fbank"
@@ -115,50 +188,58 @@ class ModelConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     decoder: DecoderConfig = field(default_factory=DecoderConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    ctc_weight: float = 0.0  # auxiliary CTC loss on the encoder (0 disables the head)
+    ctc_weight: float = bounded(
+        0.0, at_least=0, at_most=1
+    )  # auxiliary CTC loss on the encoder (0 disables the head)
     # Monotonic kinds with a CTC head: weight of the loss that pulls each token's expected
     # boundary onto the state where CTC's best path emits it (CTC-synchronous training).
-    alignment_weight: float = 0.0
-    alignment_window: int = 1  # states either side of the CTC position that count as a hit
+    alignment_weight: float = bounded(0.0, at_least=0)
+    alignment_window: int = bounded(
+        1, at_least=0
+    )  # states either side of the CTC position that count as a hit
     # States after the CTC spike that each boundary is trained towards: each one costs a
     # state of latency (40 ms in the default model) and lets the token see that much more
     # of its word through the unidirectional encoder.
-    alignment_delay: int = 0
+    alignment_delay: int = bounded(0, at_least=0)
     # Only CTC spikes at least this probable guide the attention: early in training the CTC
     # path is arbitrary, and following it would only hold the attention back.
-    alignment_min_posterior: float = 0.5
+    alignment_min_posterior: float = bounded(0.5, at_least=0, at_most=1)
 
 
 @dataclass
-class DecodeConfig:
+class DecodeConfig(Checked):
     """Search and endpointing, used identically offline and in streaming."""
 
-    beam_size: int = 1
-    max_tokens_per_state: int = (
-        6  # tokens one encoder state may select in a row; then the scan moves on
-    )
-    max_tokens: int = 200  # hard cap per segment
-    max_segment_s: float = 30.0  # force an endpoint after this much audio in one segment
-    endpoint_silence_s: float = 0.0  # close a segment after this much trailing silence (0: off)
+    SECTION: ClassVar[str] = "decode"
+
+    beam_size: int = bounded(1, at_least=1)
+    # tokens one encoder state may select in a row; then the scan moves on
+    max_tokens_per_state: int = bounded(6, at_least=1)
+    max_tokens: int = bounded(200, at_least=1)  # hard cap per segment
+    # force an endpoint after this much audio in one segment
+    max_segment_s: float = bounded(30.0, above=0)
+    endpoint_silence_s: float = bounded(
+        0.0, at_least=0
+    )  # close a segment after this much trailing silence (0: off)
     endpoint_on_eos: bool = True  # close a segment when the decoder emits end-of-sentence
     silence_threshold_db: float = -45.0  # frame energy below this counts as silence
     # Whisper front end: a quiet chunk after this much quiet (asr.frontend.PauseRestart) starts
     # the stream afresh, as every utterance the model learnt from began with nothing before
     # it: the Whisper encoder forgets what came before, the LAS encoder's state resets and
     # the segment ends there (0: one context for the whole stream)
-    restart_pause_s: float = 0.0
+    restart_pause_s: float = bounded(0.0, at_least=0)
     # Whisper front end: recompute each segment's final, at its endpoint, from the
     # full-attention teacher over that segment, with the same LAS layers and decoder (the
     # streaming pass still gives the partials); a bundle saved with it carries the teacher
     two_pass: bool = False
     # Shallow fusion: add this times the bundle's token n-gram log-probabilities (lm.npz,
     # made by `asr lm`) to the decoder's at every step. 0: the acoustic model alone.
-    lm_weight: float = 0.0
+    lm_weight: float = bounded(0.0, at_least=0)
     # Joint CTC/attention scoring (asr.ctc_prefix): each step's scores are (1 - w) times the
     # attention decoder's log-probabilities plus w times the CTC head's prefix scores over
     # the states up to the one the step selected (relative to CTC's likeliest token;
     # end-of-sentence is left to attention). 0: the attention decoder alone.
-    ctc_weight: float = 0.0
+    ctc_weight: float = bounded(0.0, at_least=0, at_most=1)
     # Partials from a greedy search without the LM, so they come as fast as greedy decoding
     # does (a beam's partials wait until all its hypotheses agree); each final comes from a
     # second search with beam_size and lm_weight over its segment's encoder states, run
@@ -168,11 +249,7 @@ class DecodeConfig:
     # Digital silence (seconds) after the last sample when a stream finishes: every training
     # utterance ends in some, and a clip cut right after its last word otherwise loses that
     # word's end to the encoders' chunk (the final then costs one more chunk of encoding)
-    end_pad_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.end_pad_s < 0:
-            raise ValueError(f"decode.end_pad_s must be at least 0, got {self.end_pad_s}")
+    end_pad_s: float = bounded(0.0, at_least=0)
 
     def greedy(self) -> DecodeConfig:
         """These settings searched greedily without the LM (the search partials come from);
@@ -181,18 +258,24 @@ class DecodeConfig:
 
 
 @dataclass
-class SpecAugmentConfig:
+class SpecAugmentConfig(Checked):
     """Masks on CMVN-normalised features in training (masked values become 0, the mean)."""
 
-    freq_masks: int = 2
-    freq_width: int = 15  # maximum width of one frequency mask (mel bins)
-    time_masks: int = 2
-    time_width: int = 40  # maximum width of one time mask (frames)
-    time_ratio: float = 0.1  # ... and at most this fraction of the utterance
+    SECTION: ClassVar[str] = "train.spec"
+
+    freq_masks: int = bounded(2, at_least=0)
+    freq_width: int = bounded(15, at_least=0)  # maximum width of one frequency mask (mel bins)
+    time_masks: int = bounded(2, at_least=0)
+    time_width: int = bounded(40, at_least=0)  # maximum width of one time mask (frames)
+    time_ratio: float = bounded(
+        0.1, at_least=0, at_most=1
+    )  # ... and at most this fraction of the utterance
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Checked):
+    SECTION: ClassVar[str] = "train"
+
     train_manifest: str = ""
     valid_manifest: str = ""
     tokenizer: str = ""  # .model (sentencepiece) or .txt (symbols); empty: trained from texts
@@ -200,24 +283,30 @@ class TrainConfig:
     # where frames are cached (runs over the same front end may share one; training.cache_frames
     # fills it ahead in parallel shards); empty: OUTPUT/features
     feature_cache: str = ""
-    epochs: int = 10
-    max_batch_seconds: float = 120.0  # bucketed batches hold at most this much (padded) audio
-    lr: float = 1e-3
-    warmup_steps: int = 500
-    final_lr_ratio: float = 0.05  # cosine decay after warmup ends at lr * final_lr_ratio
-    weight_decay: float = 1e-6
-    grad_clip: float = 5.0
-    label_smoothing: float = 0.0
+    epochs: int = bounded(10, at_least=1)
+    # bucketed batches hold at most this much (padded) audio
+    max_batch_seconds: float = bounded(120.0, above=0)
+    lr: float = bounded(1e-3, above=0)
+    warmup_steps: int = bounded(500, at_least=0)
+    # cosine decay after warmup ends at lr * final_lr_ratio
+    final_lr_ratio: float = bounded(0.05, at_least=0, at_most=1)
+    weight_decay: float = bounded(1e-6, at_least=0)
+    grad_clip: float = bounded(5.0, above=0)  # gradients are clipped to this norm
+    label_smoothing: float = bounded(0.0, at_least=0, below=1)
     specaugment: bool = True
     spec: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
-    seed: int = 0
-    num_workers: int = 0
-    threads: int = 0  # torch intra-op threads per process (0: torch's default)
-    log_every: int = 10
-    checkpoint_every: int = 200  # steps between mid-epoch checkpoints (0: epoch ends only)
-    valid_decode_max: int = 300  # utterances decoded for the validation WER (0: all)
-    max_steps: int = 0  # stop after this many optimizer steps (0: no limit)
-    max_minutes: float = 0.0  # stop after this much training time, resumes included (0: none)
+    seed: int = bounded(0, at_least=0)  # numpy seeds cannot be negative
+    num_workers: int = bounded(0, at_least=0)
+    threads: int = bounded(0, at_least=0)  # torch intra-op threads per process (0: torch's default)
+    log_every: int = bounded(10, at_least=0)  # 0: every step
+    # steps between mid-epoch checkpoints (0: epoch ends only)
+    checkpoint_every: int = bounded(200, at_least=0)
+    # utterances decoded for the validation WER (0: all)
+    valid_decode_max: int = bounded(300, at_least=0)
+    max_steps: int = bounded(0, at_least=0)  # stop after this many optimizer steps (0: no limit)
+    max_minutes: float = bounded(
+        0.0, at_least=0
+    )  # stop after this much training time, resumes included (0: none)
     # "steps": the cosine runs over epochs (or max_steps); "minutes": over max_minutes of
     # training time, so a run given a time budget ends at the low learning rate on any machine.
     lr_schedule: Literal["steps", "minutes"] = "steps"
@@ -228,7 +317,7 @@ class TrainConfig:
     # Whisper front end: the share of training batches that read the full-attention teacher's
     # states (model.whisper.teacher) instead of the student's, so the layers over them also
     # know what two-pass finals feed them; validation reads the student's. 0: student only.
-    teacher_share: float = 0.0
+    teacher_share: float = bounded(0.0, at_least=0, at_most=1)
     # a model bundle to start from: its weights, tokenizer and CMVN (its model settings must
     # be these, or narrower: its model is then widened to these, training.widen), so training
     # goes on from a published model, e.g. after the machine and the checkpoints that trained
@@ -236,47 +325,51 @@ class TrainConfig:
     init: str = ""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.lr_schedule == "minutes" and self.max_minutes <= 0:
             raise ValueError("train.lr_schedule=minutes needs train.max_minutes > 0")
-        if not 0.0 <= self.teacher_share <= 1.0:
-            raise ValueError(f"train.teacher_share must be within 0..1, got {self.teacher_share}")
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(Checked):
     """Distillation of a streaming student from the full-attention Whisper teacher
     (``asr distill``); the student's mask is ``model.whisper``'s."""
+
+    SECTION: ClassVar[str] = "distill"
 
     train_manifests: list[str] = field(default_factory=list)  # unlabelled audio (text unused)
     valid_manifest: str = ""  # held-out audio for the student-teacher distance
     cache_dir: str = "data/teacher"  # teacher outputs, computed once per utterance
-    lr: float = 1e-4
-    warmup_steps: int = 200
-    final_lr_ratio: float = 0.1
-    max_batch_seconds: float = 60.0
-    epochs: int = 1
+    lr: float = bounded(1e-4, above=0)
+    warmup_steps: int = bounded(200, at_least=0)
+    final_lr_ratio: float = bounded(0.1, at_least=0, at_most=1)
+    max_batch_seconds: float = bounded(60.0, above=0)
+    epochs: int = bounded(1, at_least=1)
     # stop after this many steps (0: no limit); the schedule runs over the epochs regardless
-    max_steps: int = 0
+    max_steps: int = bounded(0, at_least=0)
     # training time, resumes included (0: no limit); with a limit the schedule runs over it
-    max_minutes: float = 0.0
+    max_minutes: float = bounded(0.0, at_least=0)
     # the student's state t + delay learns the teacher's state t: delay states (20 ms each)
     # of extra lookahead
-    delay: int = 0
-    adapter_rank: int = 0  # 0: train every weight; r > 0: low-rank adapters on the linears
+    delay: int = bounded(0, at_least=0)
+    adapter_rank: int = bounded(
+        0, at_least=0
+    )  # 0: train every weight; r > 0: low-rank adapters on the linears
     # a student to start from (a directory or file written by asr distill), so a student can
     # go on learning from wider audio; empty: the teacher's own weights
     init: str = ""
     # share of utterances given a random position phase, so the student learns the wrap of
     # Whisper's 30 s position table that long streams go through
-    position_offset_share: float = 0.5
+    position_offset_share: float = bounded(0.5, at_least=0, at_most=1)
     # the student's forward under bfloat16 autocast; weights, the loss and validation stay
     # float32 (bench/distill_precision.py: 0.4-0.5 of float32's step time here, same distance)
     precision: Literal["float32", "bfloat16"] = "float32"
-    seed: int = 0
-    threads: int = 0
-    log_every: int = 10
-    valid_every: int = 200
-    checkpoint_every: int = 50
+    seed: int = bounded(0, at_least=0)
+    threads: int = bounded(0, at_least=0)
+    # steps between log lines, validations and checkpoints
+    log_every: int = bounded(10, at_least=1)
+    valid_every: int = bounded(200, at_least=1)
+    checkpoint_every: int = bounded(50, at_least=1)
 
 
 @dataclass
@@ -295,6 +388,16 @@ class Config:
     def from_dict(cls, data: dict[str, Any]) -> Config:
         return _build(cls, data, "")
 
+    def differences(self, other: Config, keys: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+        """The settings under ``keys`` (dotted prefixes: "model", "train.lr") whose values
+        differ: name -> (this config's value, ``other``'s)."""
+        mine, theirs = _flat(self.to_dict()), _flat(other.to_dict())
+        return {
+            name: (value, theirs[name])
+            for name, value in mine.items()
+            if value != theirs[name] and any(name == k or name.startswith(k + ".") for k in keys)
+        }
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
@@ -303,7 +406,12 @@ class Config:
         """Read JSON or YAML, then apply ``section.key=value`` overrides."""
         path = Path(path)
         text = path.read_text()
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        try:
+            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON: {err}") from None
         data = data or {}
         for item in overrides or []:
             apply_override(data, item)
@@ -311,6 +419,17 @@ class Config:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested sections as dotted names: {"model.encoder.units": 256, ...}."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:
@@ -324,7 +443,18 @@ def apply_override(data: dict[str, Any], item: str) -> None:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
             raise ValueError(f"override {item!r}: {part!r} is not a section")
-    node[parts[-1]] = yaml.safe_load(raw)
+    try:
+        node[parts[-1]] = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise ValueError(f"override {item!r}: not a valid value: {_yaml_problem(err)}") from None
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line for a YAML error: its problem and where (yaml's own text spans lines)."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        return f"{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(err).split())
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
@@ -367,6 +497,13 @@ def _check(hint: Any, value: Any, path: str) -> Any:
             raise ValueError(f"{path} must be a list, got {value!r}")
         return [_check(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
     if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as text
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if math.isfinite(number):
+                return number
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{path} must be a number, got {value!r}")
         return float(value)

@@ -39,8 +39,6 @@ class Encoder(nn.Module):
             raise ValueError(
                 f"encoder.reductions needs one factor per layer ({cfg.layers}), got {cfg.reductions}"
             )
-        if any(r < 1 for r in cfg.reductions):
-            raise ValueError(f"encoder.reductions must be >= 1, got {cfg.reductions}")
         self.cfg = cfg
         self.input_dim = input_dim
         self.register_buffer("cmvn_mean", torch.zeros(input_dim))
@@ -332,12 +330,6 @@ class Seq2Seq(nn.Module):
         super().__init__()
         if vocab_size < 4:
             raise ValueError(f"vocab_size must be at least 4 (3 specials + 1), got {vocab_size}")
-        if min(cfg.alignment_weight, cfg.alignment_window, cfg.alignment_delay) < 0:
-            raise ValueError(
-                "model.alignment_weight, alignment_window and alignment_delay must be >= 0"
-            )
-        if not 0 <= cfg.alignment_min_posterior <= 1:
-            raise ValueError("model.alignment_min_posterior must be in [0, 1]")
         if cfg.alignment_weight > 0 and cfg.ctc_weight <= 0:
             raise ValueError(
                 "model.alignment_weight needs the CTC head for its targets: set model.ctc_weight > 0"

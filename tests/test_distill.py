@@ -152,7 +152,10 @@ def test_bad_settings_fail_before_any_work(
     assert main([*base, "distill.precision=float16"]) == 2
     assert "float16" in capsys.readouterr().err
     assert main([*base, "model.whisper.chunk=0"]) == 2
-    assert "need chunk >= 1" in capsys.readouterr().err
+    assert "model.whisper.chunk must be at least 1, got 0" in capsys.readouterr().err
+    for every in ("valid_every", "log_every", "checkpoint_every"):  # divisors of the step
+        assert main([*base, f"distill.{every}=0"]) == 2
+        assert f"distill.{every} must be at least 1, got 0" in capsys.readouterr().err
     assert main([*base, "distill.init=nowhere"]) == 2
     assert "nowhere" in capsys.readouterr().err
     assert main([*base, "--resume"]) == 2

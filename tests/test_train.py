@@ -314,6 +314,61 @@ def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None
     assert "model.decoder.layers differs" in refused.stderr
 
 
+BAD_VALUES = {
+    "train.grad_clip=0": "train.grad_clip must be above 0, got 0.0",
+    "train.grad_clip=-5": "train.grad_clip must be above 0",
+    "model.ctc_weight=1.5": "model.ctc_weight must be within 0..1, got 1.5",
+    "train.max_steps=-1": "train.max_steps must be at least 0",
+    "train.max_minutes=-2": "train.max_minutes must be at least 0",
+    "train.valid_decode_max=-1": "train.valid_decode_max must be at least 0",
+    "train.final_lr_ratio=2": "train.final_lr_ratio must be within 0..1",
+    "train.warmup_steps=-1": "train.warmup_steps must be at least 0",
+    "train.label_smoothing=1": "train.label_smoothing must be at least 0 and below 1",
+    "train.threads=-1": "train.threads must be at least 0",
+    "train.epochs=0": "train.epochs must be at least 1",
+    "train.lr=0": "train.lr must be above 0",
+    "train.seed=-1": "train.seed must be at least 0",
+    "model.attention.dim=0": "model.attention.dim must be at least 1",
+    "model.decoder.layers=0": "model.decoder.layers must be at least 1",
+    "model.encoder.units=0": "model.encoder.units must be at least 1",
+    "model.encoder.reductions=[2,0]": "model.encoder.reductions must each be at least 1",
+    "model.encoder.dropout=1": "model.encoder.dropout must be at least 0 and below 1",
+    "model.features.frame_shift_ms=0": "model.features.frame_shift_ms must be above 0",
+    "decode.beam_size=0": "decode.beam_size must be at least 1",
+    "decode.ctc_weight=-0.1": "decode.ctc_weight must be within 0..1",
+    "distill.valid_every=0": "distill.valid_every must be at least 1",
+    "distill.log_every=0": "distill.log_every must be at least 1",
+    "distill.checkpoint_every=0": "distill.checkpoint_every must be at least 1",
+    "model.encoder.reductions=[2,2": "override 'model.encoder.reductions=[2,2': not a valid value",
+}
+
+
+def test_bad_config_values_are_refused_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Out-of-range values and malformed overrides or files fail in one line naming the key,
+    override or file, before any work; a bundle's config.json is held to the same rules
+    (serve and eval); YAML 1.1's text "1e-3" is read as the number it is."""
+    out = tmp_path / "out"
+    for override, message in BAD_VALUES.items():
+        assert main(["train", "--config", str(TINY), "--out", str(out), override]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (override, err)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train:\n  lr: [\n")
+    assert main(["train", "--config", str(broken), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}: not valid YAML" in err and err.count("\n") == 1, err
+    assert not out.exists()
+    assert Config.load(TINY, ["train.lr=1e-3", "distill.lr=2E-5"]).train.lr == 0.001
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "config.json").write_text(
+        json.dumps({"format_version": 1, "model": {"ctc_weight": 2}})
+    )
+    with pytest.raises(ValueError, match="model.ctc_weight must be within 0..1"):
+        load_model(tmp_path / "bundle")
+
+
 def test_unknown_config_key_fails_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
