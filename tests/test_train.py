@@ -276,7 +276,9 @@ def test_lr_factor_follows_the_further_of_steps_and_time() -> None:
         Config.from_dict({"train": {"lr_schedule": "minutes"}})
 
 
-def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None:
+def test_training_starts_from_a_bundle(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """train.init: the bundle's weights, tokenizer and CMVN start the run (a learning rate
     of 1e-12 leaves them as they were after a step); wider layers start from the bundle's
     model widened; settings that widening cannot reach are refused."""
@@ -312,6 +314,106 @@ def test_training_starts_from_a_bundle(tmp_path: Path, speech_dir: Path) -> None
     )
     assert refused.returncode != 0 and "do not fit this run's model settings" in refused.stderr
     assert "model.decoder.layers differs" in refused.stderr
+    # other frames: the bundle's weights and CMVN would load and read the wrong features
+    other = train_command(
+        tmp_path / "other", manifest, *overrides, "model.features.frame_shift_ms=12.5"
+    )
+    error = train_here(capsys, other, 2)
+    assert "model.features.frame_shift_ms: 10.0 there, 12.5 here" in error
+    assert not (tmp_path / "other").exists()
+
+
+def run_files(out: Path) -> dict[str, bytes]:
+    """Every file of a run directory, by path, with its bytes."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def train_here(capsys: pytest.CaptureFixture[str], command: list[str], code: int = 0) -> str:
+    """Run ``train_command``'s training in this process (no interpreter start-up: seconds
+    instead of ten); its stdout, or with ``code`` 2 its one-line error."""
+    assert main(command[3:]) == code
+    captured = capsys.readouterr()
+    if code == 2:
+        assert captured.err.startswith("asr train: error:") and captured.err.count("\n") == 1
+        return captured.err
+    return captured.out
+
+
+def test_a_resume_with_other_model_settings_is_refused_before_the_run_is_touched(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume with a model setting that differs from the checkpoint's names it and leaves
+    every file as it was (config.json included, so the right resume still works); budgets may
+    change on resume."""
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=4)
+    out = tmp_path / "exp"
+    settings = ["train.max_steps=1", "train.max_batch_seconds=4"]
+    train_here(capsys, train_command(out, manifest, *settings))
+    before = run_files(out)
+    wrong = train_command(out, manifest, *settings, "model.decoder.units=64") + ["--resume"]
+    assert "model.decoder.units: 128 there, 64 now" in train_here(capsys, wrong, 2)
+    assert run_files(out) == before
+    again = ["train", "--config", str(out / "config.json"), "train.max_steps=2"]
+    stdout = train_here(capsys, ["", "", "", *again, "--out", str(out), "--resume"])
+    assert "resumed at epoch 1, batch 1, step 1" in stdout
+    assert torch.load(out / "last.pt", weights_only=False)["position"]["step"] == 2
+    assert Config.load(out / "config.json").train.max_steps == 2
+
+
+def test_a_fresh_run_into_a_run_directory_needs_overwrite(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --resume a run directory's checkpoints and bundles are not replaced unless
+    --overwrite says so; then none of the old run's outputs stays."""
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=4)
+    out = tmp_path / "exp"
+    first = ["train.max_steps=2", "train.max_batch_seconds=4", f"train.valid_manifest={manifest}"]
+    train_here(capsys, train_command(out, manifest, *first))
+    assert (out / "best.pt").is_file() and (out / "best_bundle").is_dir()
+    before = run_files(out)
+    again = train_command(out, manifest, "train.max_steps=1", "train.max_batch_seconds=4")
+    error = train_here(capsys, again, 2)
+    assert f"{out} holds a run (last.pt, best.pt, bundle, best_bundle)" in error
+    assert "add --resume to continue it, --overwrite to start afresh" in error
+    assert run_files(out) == before
+    train_here(capsys, again + ["--overwrite"])
+    assert torch.load(out / "last.pt", weights_only=False)["position"]["step"] == 1
+    assert not (out / "best.pt").exists() and not (out / "best_bundle").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_saves_the_step_and_the_run_resumes(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str], signum: signal.Signals
+) -> None:
+    """SIGINT (Ctrl-C) or SIGTERM to a training process: the step finishes, last.pt holds it,
+    the run says how to go on and exits 128 + the signal; --resume continues from that step."""
+    manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=8)
+    out = tmp_path / "exp"
+    # max_steps only bounds a run that fails to stop
+    settings = ["train.max_batch_seconds=4", "train.checkpoint_every=0", "train.max_steps=100"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        train_command(out, manifest, *settings),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("Ctrl-C or SIGTERM stops"):
+            process.send_signal(signum)
+            break
+    rest = process.stdout.read()
+    assert process.wait(timeout=60) == 128 + signum
+    step = torch.load(out / "last.pt", weights_only=False)["position"]["step"]
+    assert step >= 1 and f"interrupted after step {step}: {out}/last.pt saved" in rest
+    assert f"--config {out}/config.json --out {out} --resume" in rest
+    assert not (out / "bundle").exists()  # not finished: no final bundle
+    resume = train_command(out, manifest, *settings, f"train.max_steps={step + 1}") + ["--resume"]
+    assert f"step {step}\n" in train_here(capsys, resume).split("resumed at", 1)[1]
+    assert torch.load(out / "last.pt", weights_only=False)["position"]["step"] == step + 1
 
 
 BAD_VALUES = {
@@ -367,6 +469,32 @@ def test_bad_config_values_are_refused_naming_the_key(
     )
     with pytest.raises(ValueError, match="model.ctc_weight must be within 0..1"):
         load_model(tmp_path / "bundle")
+
+
+def test_help_resumes_from_the_config_a_run_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    assert "exp/default/config.json --out exp/default --resume" in help_text
+    assert "config.yaml" not in help_text
+
+
+def test_init_refuses_a_bundle_of_other_frames(tmp_path: Path) -> None:
+    """train.init's bundle must have been trained on this run's frames: the front end, the
+    filterbank and the log-mel floor; the Whisper student, its chunk and int8 scheme may change
+    (the recipe goes on from a bundle over a new student)."""
+    from training.train import check_init_front_end
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    whisper = ["model.frontend=whisper", "model.whisper.chunk=8"]
+    Config.load(TINY, whisper).save(bundle / "config.json")
+    check_init_front_end(Config.load(TINY, [*whisper[:1], "model.whisper.chunk=16"]), bundle)
+    check_init_front_end(Config.load(TINY, [*whisper, "model.whisper.quantization=rows"]), bundle)
+    with pytest.raises(ValueError, match="model.whisper.floor: -7.0 there, -6.0 here"):
+        check_init_front_end(Config.load(TINY, [*whisper, "model.whisper.floor=-6"]), bundle)
+    with pytest.raises(ValueError, match="model.frontend: 'whisper' there, 'fbank' here"):
+        check_init_front_end(Config.load(TINY), bundle)
 
 
 def test_unknown_config_key_fails_before_any_work(

@@ -7,12 +7,14 @@ the training texts when that is empty. With train.init a model bundle gives the
 starting weights (widened when the run's layers are wider: training.widen), the tokenizer
 and the CMVN instead. Checkpoints (output/last.pt, best.pt)
 hold everything needed to continue exactly where a killed run stopped; model
-bundles are written to output/bundle (final) and output/best_bundle.
+bundles are written to output/bundle (final) and output/best_bundle. Ctrl-C or
+SIGTERM stops after the current step and saves output/last.pt. A directory that
+holds a run is only reused with --resume (same model and data) or --overwrite.
 
 Examples:
   asr train --config training/configs/default.yaml train.train_manifest=data/train.jsonl \\
       train.valid_manifest=data/dev.jsonl --out exp/default
-  asr train --config exp/default/config.yaml --out exp/default --resume
+  asr train --config exp/default/config.json --out exp/default --resume
   asr train --config training/configs/whisper.yaml train.init=models/default ... --out exp/more
   asr train --config training/configs/whisper.yaml train.init=models/default \\
       model.encoder.units=512 model.decoder.units=512 ... --out exp/wider
@@ -31,7 +33,10 @@ import math
 import os
 import random
 import shlex
+import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -77,22 +82,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, required=True, help="YAML or JSON config")
     parser.add_argument("overrides", nargs="*", help="section.key=value settings")
     parser.add_argument("--out", type=Path, help="output directory (default: train.output_dir)")
-    parser.add_argument(
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument(
         "--resume", action="store_true", help="continue from OUT/last.pt where it stopped"
+    )
+    again.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an OUT that holds a run, deleting its checkpoints, bundles and "
+        "TensorBoard logs (its cached features and tokenizer stay)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     config = Config.load(args.config, args.overrides)  # unknown keys fail here, before any work
     out = Path(args.out or config.train.output_dir)
-    check_config(config, out, args.resume)
+    check_config(config, out, args.resume, args.overwrite)
     command = "asr " + shlex.join(sys.argv[1:])
     with Distributed() as ddp:
-        Trainer(config, out, ddp, command).fit(resume=args.resume)
-    return 0
+        stopped_by = Trainer(config, out, ddp, command).fit(args.resume, args.overwrite)
+    return 128 + stopped_by if stopped_by else 0  # 130 for SIGINT, 143 for SIGTERM
 
 
-def check_config(config: Config, out: Path, resume: bool) -> None:
+# What a finished or interrupted run leaves: a fresh run into its directory needs --overwrite
+# (which deletes these and the TensorBoard logs).
+RUN_OUTPUTS = ("last.pt", "best.pt", "bundle", "best_bundle")
+# Settings a resumed run must share with its checkpoint: the weights' shapes and front end, the
+# data, tokenizer and CMVN they learned from and the batch order (model.*, the training
+# manifest, tokenizer, init, seed, max_batch_seconds, teacher_share), and lr and weight_decay,
+# which the optimizer's saved state would silently keep. Budgets (epochs, max_steps,
+# max_minutes), logging, checkpoints, validation (its manifest too), the schedule's shape,
+# augmentation and precision may change.
+FIXED_ON_RESUME = (
+    "model",
+    "train.train_manifest",
+    "train.tokenizer",
+    "train.init",
+    "train.seed",
+    "train.max_batch_seconds",
+    "train.teacher_share",
+    "train.lr",
+    "train.weight_decay",
+)
+
+
+def check_config(config: Config, out: Path, resume: bool, overwrite: bool = False) -> None:
     """Everything that can be checked cheaply, so a bad run fails before feature extraction."""
     t = config.train
     if not t.train_manifest:
@@ -107,14 +141,22 @@ def check_config(config: Config, out: Path, resume: bool) -> None:
             f"train.tokenizer {t.tokenizer} does not fit model.tokenizer.kind={kind} "
             f"(expected a {TOKENIZER_SUFFIX[kind]} file)"
         )
-    if t.epochs < 1 or t.max_batch_seconds <= 0 or t.lr <= 0:
-        raise ValueError("train.epochs, max_batch_seconds and lr must be positive")
     if resume and not (out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {out / 'last.pt'} does not exist")
+    if resume:
+        check_resume(config, out / "last.pt")
+    held = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if held and not resume and not overwrite:
+        raise ValueError(
+            f"{out} holds a run ({', '.join(held)}): add --resume to continue it, --overwrite "
+            "to start afresh and replace it, or train into another --out"
+        )
     if t.init and t.tokenizer:
         raise ValueError("train.init brings its bundle's tokenizer: leave train.tokenizer empty")
     if t.init and not (Path(t.init) / "config.json").is_file():
         raise FileNotFoundError(f"train.init: {t.init} is not a model bundle (no config.json)")
+    if t.init:
+        check_init_front_end(config, Path(t.init))
     if t.teacher_share > 0:
         if config.model.frontend != "whisper":
             raise ValueError("train.teacher_share needs model.frontend=whisper (a teacher)")
@@ -124,6 +166,81 @@ def check_config(config: Config, out: Path, resume: bool) -> None:
                 f"train.teacher_share: the teacher {teacher} does not exist (model.whisper.teacher)"
             )
     Seq2Seq(config.model, 4)  # validates the architecture settings
+
+
+def check_resume(config: Config, checkpoint: Path) -> None:
+    """Refuse, naming them, settings that differ from the checkpoint's in FIXED_ON_RESUME, before
+    any file of the run is written: its weights would not load (or would train on other data),
+    and config.json, rewritten with the wrong settings, would make every later resume fail."""
+    try:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+        trained = Config.from_dict(saved["config"])
+    except (RuntimeError, OSError, KeyError, ValueError, EOFError) as err:
+        raise ValueError(f"--resume: cannot read the settings in {checkpoint} ({err})") from None
+    differing = trained.differences(config, FIXED_ON_RESUME)
+    if differing:
+        listed = "; ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in differing.items())
+        raise ValueError(
+            f"--resume: this run's settings differ from those {checkpoint} was trained with "
+            f"({listed}). A resumed run keeps its model, data, seed, batch size, lr and "
+            "weight_decay (budgets, logging and validation may change): resume with "
+            f"--config {checkpoint.parent / 'config.json'}, or train into another --out"
+        )
+
+
+# The front-end settings a train.init bundle's weights and CMVN were trained on, which a run
+# from it must keep. The Whisper encoder itself, its mask and its int8 scheme may change: the
+# recipe goes on from a bundle over a newly distilled student at another chunk (models/default,
+# 8 -> 16 states) or on rows-int8 frames, and the layers learn the new states.
+INIT_FRONT_END = {
+    "fbank": ("model.frontend", "model.features"),
+    "whisper": ("model.frontend", "model.whisper.floor"),
+}
+
+
+def check_init_front_end(config: Config, bundle: Path) -> None:
+    """Refuse a train.init bundle trained on other frames (another front end, other filterbank
+    settings or log-mel floor): its weights and CMVN would load, and read the wrong features."""
+    trained = Config.load(bundle / "config.json")
+    differing = trained.differences(config, INIT_FRONT_END[trained.model.frontend])
+    if differing:
+        listed = "; ".join(f"{k}: {a!r} there, {b!r} here" for k, (a, b) in differing.items())
+        raise ValueError(
+            f"train.init: {bundle} was trained on another front end ({listed}); a run from it "
+            "must keep the bundle's model.frontend and its model.features (fbank) or "
+            "model.whisper.floor (whisper)"
+        )
+
+
+class StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM during training ask for a stop after the current step, so
+    that the run saves last.pt and can resume (Trainer.fit); a second signal acts at once, as
+    it did before. Outside the main thread (no signals there) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received = 0  # the signal's number, 0 while none came
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.received = signum
+        self._restore()
+        name = signal.Signals(signum).name
+        os.write(2, f"\n{name}: stopping after this step (send it again to stop now)\n".encode())
+
+    def _restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
+
+    def __exit__(self, *exc: object) -> None:
+        self._restore()
 
 
 class Distributed:
@@ -259,6 +376,8 @@ class Trainer:
         self.ddp = ddp
         self.command = command
         self.log = print if ddp.main else (lambda *_: None)
+        self.signals = StopSignals()  # replaced by the one fit() installs
+        self.interrupted = False  # a stop signal came, on any rank
 
     # -- data -------------------------------------------------------------------------
     def _entries(self, manifest: str) -> list[Entry]:
@@ -310,11 +429,19 @@ class Trainer:
         self.ddp.barrier()
         return CMVN.load(path)
 
-    def prepare(self) -> None:
-        """Manifests, tokenizer, features, CMVN, model and optimizer."""
+    def prepare(self, overwrite: bool = False) -> None:
+        """Manifests, tokenizer, features, CMVN, model and optimizer; with ``overwrite`` the
+        outputs of the run in OUT go first, so none of its files mixes with the new run's."""
         configure_cpu(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)
         if self.ddp.main:
+            if overwrite:
+                for name in (*RUN_OUTPUTS, "tensorboard"):
+                    path = self.out / name
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink(missing_ok=True)
             self.config.save(self.out / "config.json")
         train_entries = self._entries(self.cfg.train_manifest)
         valid_entries = self._entries(self.cfg.valid_manifest) if self.cfg.valid_manifest else []
@@ -395,6 +522,9 @@ class Trainer:
                 ) from None
             before = start.model.num_parameters() / 1e6
             self.log(f"train.init: {bundle}'s model ({before:.2f}M parameters) widened")
+        changed = start.config.differences(self.config, ("model.whisper",))
+        for name, (old, new) in changed.items():  # allowed (INIT_FRONT_END), but said
+            self.log(f"train.init: {name} is {new!r} here, {old!r} in {bundle}'s config")
         self.log(f"starting from {bundle}'s weights, tokenizer and CMVN")
 
     def _order(self, epoch: int) -> list[list[int]]:
@@ -449,8 +579,10 @@ class Trainer:
         return Position(**state["position"])
 
     # -- training ---------------------------------------------------------------------
-    def fit(self, resume: bool = False) -> None:
-        self.prepare()
+    def fit(self, resume: bool = False, overwrite: bool = False) -> int:
+        """Train to the end of the budget and write the bundles; a SIGINT or SIGTERM stops
+        after the current step with last.pt saved instead, and its number is returned (else 0)."""
+        self.prepare(overwrite)
         self._seed_streams()
         pos = self.load_checkpoint(self.out / "last.pt") if resume else Position()
         if resume:
@@ -465,19 +597,37 @@ class Trainer:
         # A run resumed with its budget spent takes no further step: it only closes out what
         # a kill after its last step may have left undone.
         stop = self._budget_spent(pos)
-        while pos.epoch < self.cfg.epochs and not stop:
-            if pos.order is None:
-                pos.order = self._order(pos.epoch)
-            stop = self._run_epoch(pos, writer)
-            if not stop:  # the epoch ran to its end
-                self._end_epoch(pos, writer)
-        if stop:
-            self._close_out(pos, writer)
-        if self.ddp.main:
-            self._write_bundle(self.out / "bundle", pos)
-            self.log(f"final bundle: {self.out / 'bundle'}")
+        with StopSignals() as self.signals:
+            self.log(f"Ctrl-C or SIGTERM stops after the current step and saves {self.out}/last.pt")
+            while pos.epoch < self.cfg.epochs and not stop and not self.interrupted:
+                if pos.order is None:
+                    pos.order = self._order(pos.epoch)
+                stop = self._run_epoch(pos, writer)
+                if not stop:  # the epoch ran to its end
+                    self._end_epoch(pos, writer)
+                    self.interrupted = self._agree(self.signals.received > 0)
+        if self.interrupted:
+            self._tick(pos)
+            self.save_checkpoint("last.pt", pos)
+            out = shlex.quote(str(self.out))
+            self.log(
+                f"interrupted after step {pos.step}: {self.out}/last.pt saved; go on with "
+                f"asr train --config {out}/config.json --out {out} --resume"
+            )
+        else:
+            if stop:
+                self._close_out(pos, writer)
+            if self.ddp.main:
+                self._write_bundle(self.out / "bundle", pos)
+                self.log(f"final bundle: {self.out / 'bundle'}")
         if writer:
             writer.close()
+        # a rank that got no signal itself stops with its peers, as if sent SIGTERM
+        return (self.signals.received or signal.SIGTERM) if self.interrupted else 0
+
+    def _agree(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank, so every rank stops at the same step."""
+        return bool(self.ddp.all_sum(torch.tensor([float(flag)], dtype=torch.float64)).item())
 
     def _seed_streams(self) -> None:
         seed = self.cfg.seed + 1000 * self.ddp.rank
@@ -530,6 +680,7 @@ class Trainer:
             pos.step += 1
             self._tick(pos)
             stats["stop"] = float(self._budget_spent(pos))
+            stats["interrupted"] = float(self.signals.received > 0)
             totals = self.ddp.all_sum(torch.tensor(list(stats.values()), dtype=torch.float64))
             stats = dict(zip(stats, totals.tolist()))
             seconds = sum(u.frames for u in self._utterances(global_batch)) * self.frame_seconds
@@ -546,6 +697,10 @@ class Trainer:
             if self.cfg.checkpoint_every and pos.step % self.cfg.checkpoint_every == 0:
                 self.save_checkpoint("last.pt", pos)
                 self.log(f"checkpoint step={pos.step} epoch={pos.epoch + 1} batch={pos.batch}")
+            if stats["interrupted"]:  # on any rank; fit() saves last.pt
+                bar.close()
+                self.interrupted = True
+                return True
             if stats["stop"]:  # fit() validates, then saves last.pt
                 bar.close()
                 self.log(f"stopping at step {pos.step} (train.max_steps / train.max_minutes)")
