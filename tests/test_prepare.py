@@ -334,3 +334,19 @@ def test_tokenizer_train_command(tmp_path: Path) -> None:
     tokenizer = SentencePieceTokenizer(prefix.with_suffix(".model"))
     assert 3 < tokenizer.vocab_size <= 40
     assert tokenizer.decode(tokenizer.encode("the lazy fox")) == "the lazy fox"
+
+
+def test_nothing_usable_is_an_error_and_writes_no_manifest(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    soundfile.write(corpus / "orphan.wav", np.zeros(1600, np.float32), 16000)  # no transcript
+    gone = tmp_path / "gone.jsonl"
+    gone.write_text(json.dumps({"id": "g", "audio": "g.wav", "text": "x", "duration": 1}) + "\n")
+    out = tmp_path / "m.jsonl"
+    for args in (["folder", str(corpus)], ["merge", str(gone)]):
+        assert main(["prepare", *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"no usable utterances (the reasons are above); {out} was not written" in err
+        assert "skipping" in err and not out.exists()

@@ -76,14 +76,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.source == "folder":
-        _report(args.out, write_manifest(args.out, prepare_folder(args.dir)))
-    elif args.source == "kaldi":
-        audio_dir = args.audio_dir or args.out.with_name(args.out.stem + "_audio")
-        entries = prepare_kaldi(args.dir, allow_pipes=args.allow_pipes, audio_dir=audio_dir)
+    if args.source in ("folder", "kaldi", "merge"):
+        if args.source == "folder":
+            entries = prepare_folder(args.dir)
+        elif args.source == "kaldi":
+            audio_dir = args.audio_dir or args.out.with_name(args.out.stem + "_audio")
+            entries = prepare_kaldi(args.dir, allow_pipes=args.allow_pipes, audio_dir=audio_dir)
+        else:
+            entries = merge_manifests(args.manifests)
+        if not entries:  # an empty manifest would only fail later, far from the cause
+            raise ValueError(
+                f"no usable utterances (the reasons are above); {args.out} was not written"
+            )
         _report(args.out, write_manifest(args.out, entries))
-    elif args.source == "merge":
-        _report(args.out, write_manifest(args.out, merge_manifests(args.manifests)))
     else:
         prepare = prepare_timit if args.source == "timit" else prepare_wsj
         for split, count in prepare(args.dir, args.out).items():
