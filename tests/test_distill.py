@@ -5,6 +5,11 @@ uninterrupted one does."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +19,7 @@ from safetensors import safe_open
 
 from asr.cli import main
 from asr.whisper_encoder import WhisperDims, WhisperEncoder, load_encoder
-from tests.conftest import load_bench, speech_files
+from tests.conftest import REPO, load_bench, speech_files
 from training.distill import save_encoder
 
 DIMS = WhisperDims(n_mels=80, d_model=32, n_heads=4, n_layers=2, n_ctx=1500)
@@ -180,3 +185,32 @@ def test_precision_bench_runs_both_from_the_same_start(
     with pytest.raises(SystemExit) as stop:
         bench.main([*config, "--steps", "0"])
     assert stop.value.code == 2 and "--steps must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_saves_the_step_and_the_run_resumes(
+    setup: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C or SIGTERM: the step finishes, last.pt holds it, the run exits 128 + the signal,
+    and --resume goes on from that step."""
+    out = setup / f"signalled-{signum.name}"
+    command = [sys.executable, "-m", "asr.cli", "distill", "--config", str(setup / "config.yaml")]
+    command += ["--out", str(out), "distill.max_steps=5000"]  # a bound on a run that fails to stop
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("step 0 (the masked teacher)"):
+            time.sleep(1.0)  # some steps into the run
+            process.send_signal(signum)
+            break
+    rest = process.stdout.read()
+    assert process.wait(timeout=60) == 128 + signum, rest
+    step = torch.load(out / "last.pt", weights_only=False)["step"]
+    assert 0 < step < 5000
+    assert f"interrupted after step {step}: {out / 'last.pt'} saved" in rest
+    _distill(setup, out, f"distill.max_steps={step + 2}", resume=True)
+    log = (out / "distill.log").read_text()
+    assert f"resumed at step {step} " in log and f"student in {out / 'student'}" in log

@@ -39,7 +39,7 @@ from asr.whisper_encoder import WEIGHTS_FILE, WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.dataset import entry_audio, make_batches
 from training.manifest import Entry, read_manifest
-from training.train import configure_cpu, lr_factor
+from training.train import StopSignals, configure_cpu, lr_factor
 
 MAX_TEACHER_FRAMES = 3000  # Whisper's 30 s of log-mel frames
 TEACHER_BATCH_FRAMES = 6000  # padded log-mel frames per teacher batch (60 s)
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and not (args.out / "last.pt").is_file():
         raise FileNotFoundError(f"--resume: {args.out / 'last.pt'} does not exist")
     config.model.whisper.streaming().check(1500)
-    Distiller(config, args.out).fit(resume=args.resume)
-    return 0
+    stopped_by = Distiller(config, args.out).fit(resume=args.resume)
+    return 128 + stopped_by if stopped_by else 0  # 130 for SIGINT, 143 for SIGTERM
 
 
 def _cache_name(entry: Entry, cfg: WhisperConfig) -> str:
@@ -290,7 +290,9 @@ class Distiller:
         self.student.train()
         return {"rel_mse": error / energy, "cosine": cosine / count}
 
-    def fit(self, resume: bool = False) -> None:
+    def fit(self, resume: bool = False) -> int:
+        """Distil to the budget; 0, or the signal (SIGINT, SIGTERM) that stopped it after a
+        step, whose state is then saved in last.pt for --resume."""
         self.prepare()
         torch.manual_seed(self.cfg.seed)
         state = {"epoch": 0, "batch": 0, "step": 0, "seconds": 0.0, "best": math.inf, "history": []}
@@ -314,34 +316,45 @@ class Distiller:
         stop = self._budget_spent(state)
         if stop:
             self.log(f"step {state['step']}: distill.max_steps / max_minutes already reached")
-        while state["epoch"] < self.cfg.epochs and not stop:
-            order = make_batches(
-                [c.frames for c in self.train], self.max_frames, self.cfg.seed, state["epoch"]
-            )
-            while state["batch"] < len(order):
-                loss = self._step(
-                    [self.train[i] for i in order[state["batch"]]],
-                    state,
-                    time.monotonic() - origin,
+        with StopSignals() as signals:
+            while state["epoch"] < self.cfg.epochs and not stop and not signals.received:
+                order = make_batches(
+                    [c.frames for c in self.train], self.max_frames, self.cfg.seed, state["epoch"]
                 )
-                state["batch"] += 1
-                state["step"] += 1
-                state["seconds"] = time.monotonic() - origin
-                bar.update(1)
-                bar.set_postfix(rel_mse=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
-                stop = self._budget_spent(state)
-                if state["step"] % self.cfg.valid_every == 0 or stop:
+                while state["batch"] < len(order):
+                    loss = self._step(
+                        [self.train[i] for i in order[state["batch"]]],
+                        state,
+                        time.monotonic() - origin,
+                    )
+                    state["batch"] += 1
+                    state["step"] += 1
+                    state["seconds"] = time.monotonic() - origin
+                    bar.update(1)
+                    bar.set_postfix(rel_mse=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
+                    if signals.received:  # saved below, without the validation a stop would run
+                        stop = True
+                        break
+                    stop = self._budget_spent(state)
+                    if state["step"] % self.cfg.valid_every == 0 or stop:
+                        self._validate_and_keep(state)
+                    if state["step"] % self.cfg.checkpoint_every == 0 or stop:
+                        self.save_checkpoint(state)
+                    if stop:
+                        break
+                if not stop:
+                    state["epoch"] += 1
+                    state["batch"] = 0
                     self._validate_and_keep(state)
-                if state["step"] % self.cfg.checkpoint_every == 0 or stop:
                     self.save_checkpoint(state)
-                if stop:
-                    break
-            if not stop:
-                state["epoch"] += 1
-                state["batch"] = 0
-                self._validate_and_keep(state)
-                self.save_checkpoint(state)
         bar.close()
+        if signals.received:
+            self.save_checkpoint(state)
+            self.log(
+                f"interrupted after step {state['step']}: {self.out / 'last.pt'} saved; go on "
+                "with the same command and --resume"
+            )
+            return signals.received
         if math.isfinite(state["best"]):
             self.log(
                 f"done: best held-out rel MSE {state['best']:.4f}; "
@@ -352,6 +365,7 @@ class Distiller:
                 f"done: nothing was trained (step {state['step']}, distill.epochs="
                 f"{self.cfg.epochs}); no student was written"
             )
+        return 0
 
     def _budget_spent(self, state: dict) -> bool:
         """Whether distill.max_steps or distill.max_minutes (0: no limit) is reached."""
