@@ -69,6 +69,19 @@ def train_command(out: Path, manifest: Path, *overrides: str) -> list[str]:
     ]
 
 
+def start_training(out: Path, manifest: Path, *settings: str) -> subprocess.Popen[str]:
+    """``asr train`` as a child whose (unbuffered) stdout the test reads line by line."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        train_command(out, manifest, *settings),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
 def run_training(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     result = subprocess.run(
@@ -160,15 +173,7 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path: Path, speech_dir: Path) -
     assert reference["position"]["epoch"] == 2  # two full epochs ran
 
     killed_out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        train_command(killed_out, manifest, *settings),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    process = start_training(killed_out, manifest, *settings)
     assert process.stdout is not None
     for line in process.stdout:
         # Kill right after a mid-epoch checkpoint of the second epoch.
@@ -391,15 +396,7 @@ def test_a_stop_signal_saves_the_step_and_the_run_resumes(
     out = tmp_path / "exp"
     # max_steps only bounds a run that fails to stop
     settings = ["train.max_batch_seconds=4", "train.checkpoint_every=0", "train.max_steps=100"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        train_command(out, manifest, *settings),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    process = start_training(out, manifest, *settings)
     assert process.stdout is not None
     for line in process.stdout:
         if line.startswith("Ctrl-C or SIGTERM stops"):
