@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,9 +351,10 @@ class Distiller:
         bar.close()
         if signals.received:
             self.save_checkpoint(state)
+            out = shlex.quote(str(self.out))
             self.log(
                 f"interrupted after step {state['step']}: {self.out / 'last.pt'} saved; go on "
-                "with the same command and --resume"
+                f"with asr distill --config {out}/config.json --out {out} --resume"
             )
             return signals.received
         if math.isfinite(state["best"]):
