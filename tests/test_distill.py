@@ -210,10 +210,8 @@ def test_a_stop_signal_saves_the_step_and_the_run_resumes(
     assert process.wait(timeout=60) == 128 + signum, rest
     step = torch.load(out / "last.pt", weights_only=False)["step"]
     assert 0 < step < 5000
-    assert (
-        f"interrupted after step {step}: {out / 'last.pt'} saved; go on with asr distill --config {out}/config.json"
-        in rest
-    )
+    told = f"interrupted after step {step}: {out / 'last.pt'} saved; go on with asr distill"
+    assert f"{told} --config {out}/config.json --out {out} --resume" in rest
     _distill(setup, out, f"distill.max_steps={step + 2}", resume=True)
     log = (out / "distill.log").read_text()
     assert f"resumed at step {step} " in log and f"student in {out / 'student'}" in log
