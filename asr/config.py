@@ -238,8 +238,9 @@ class DecodeConfig(Checked):
     # Joint CTC/attention scoring (asr.ctc_prefix): each step's scores are (1 - w) times the
     # attention decoder's log-probabilities plus w times the CTC head's prefix scores over
     # the states up to the one the step selected (relative to CTC's likeliest token;
-    # end-of-sentence is left to attention). 0: the attention decoder alone.
-    ctc_weight: float = bounded(0.0, at_least=0, at_most=1)
+    # end-of-sentence is left to attention). 0: the attention decoder alone; below 1, since
+    # the search still needs attention's scores (asr.ctc_prefix.check_weight)
+    ctc_weight: float = bounded(0.0, at_least=0, below=1)
     # Partials from a greedy search without the LM, so they come as fast as greedy decoding
     # does (a beam's partials wait until all its hypotheses agree); each final comes from a
     # second search with beam_size and lm_weight over its segment's encoder states, run

@@ -177,7 +177,7 @@ def test_joint_ctc_weight_is_checked(recognizers, tiny_bundle: Path) -> None:
     recognizer = recognizers["ctc-head"]
     with pytest.raises(ValueError, match=r"--ctc-weight must be in \[0, 1\)"):
         recognizer.set_search(ctc_weight=1.0)
-    with pytest.raises(ValueError, match=r"decode.ctc_weight must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"decode.ctc_weight must be at least 0 and below 1"):
         SegmentSearch(
             recognizer.model, dataclasses.replace(recognizer.config.decode, ctc_weight=-0.1)
         )
