@@ -6,6 +6,8 @@ import argparse
 import ast
 import importlib
 import importlib.util
+import os
+import signal
 import sys
 
 # subcommand -> module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
@@ -78,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"asr {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `yes` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing to flush at exit
+        return 128 + signal.SIGPIPE
     except OSError as err:  # a missing file, a directory where a file goes, no permission
         told = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else err
         print(f"asr {args.command}: error: {told}", file=sys.stderr)

@@ -16,6 +16,7 @@ from asr.audio import read_audio
 from asr.bundle import default_model, load_model
 from asr.formats import FORMATS, render
 from asr.lm import LM_FILE
+from tests.conftest import REPO, speech_files
 
 
 def asr(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -167,3 +168,18 @@ def test_damaged_bundle_files_and_unusable_settings_are_named_not_traced(
         done = asr(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(tiny_bundle: Path, speech_dir: Path) -> None:
+    """`asr transcribe *.wav | head -1`: once the reader has gone, the run stops at its next
+    line with the status of a broken pipe (141), and says nothing on stderr."""
+    wavs = [str(wav) for wav, _ in speech_files(speech_dir)[:6]]
+    command = [sys.executable, "-m", "asr.cli", "transcribe", *wavs, "--model", str(tiny_bundle)]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline().startswith(wavs[0])
+    process.stdout.close()  # what `head -1` does after its line
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read() == ""
