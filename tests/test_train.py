@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from tests.conftest import espeak, speech_files
 from training.dataset import SpecAugment, make_batches
 from training.evaluate import evaluate
 from training.manifest import read_manifest
-from training.train import cpu_bfloat16_works, lr_factor
+from training.train import Trainer, cpu_bfloat16_works, lr_factor
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "training" / "configs" / "tiny.yaml"
@@ -578,3 +579,14 @@ def test_a_teacher_share_moves_that_share_of_batches_to_the_teacher_states(
     utt = Utterance("u", tmp_path / "s.npy", 3, "a", [1], tmp_path / "t.npy")
     data = UtteranceDataset([utt])
     assert data[0][1].sum() == 0 and data[1][1].sum() == 6
+
+
+def test_validation_wer_reads_utterances_of_every_length() -> None:
+    """train.valid_decode_max picks utterances spread over the lengths, the longest with the
+    shortest, in any order of the set; 0 decodes all of them."""
+    lengths = [7, 3, 9, 1, 5, 10, 2, 8, 4, 6]
+    valid = [types.SimpleNamespace(id=f"u{n:02d}", frames=n) for n in lengths]
+    trainer = types.SimpleNamespace(valid_set=valid, cfg=types.SimpleNamespace(valid_decode_max=3))
+    assert Trainer._decoded_ids(trainer) == {"u01", "u05", "u10"}  # type: ignore[arg-type]
+    trainer.cfg.valid_decode_max = 0
+    assert Trainer._decoded_ids(trainer) == {u.id for u in valid}  # type: ignore[arg-type]

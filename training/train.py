@@ -799,6 +799,15 @@ class Trainer:
             if self.ddp.main:
                 self._write_bundle(self.out / "best_bundle", pos)
 
+    def _decoded_ids(self) -> set[str]:
+        """The validation utterances whose WER is measured: all, or train.valid_decode_max of
+        them spread evenly over the lengths (the first ones of the length-sorted batches
+        would be the shortest, and choose the best checkpoint for short utterances alone)."""
+        by_length = sorted(self.valid_set, key=lambda u: (u.frames, u.id))
+        count = min(self.cfg.valid_decode_max or len(by_length), len(by_length))
+        picks = np.linspace(0, len(by_length) - 1, count).round().astype(int)
+        return {by_length[i].id for i in picks}
+
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Validation loss (no noise, no SpecAugment) and greedy hard-monotonic WER."""
@@ -813,7 +822,7 @@ class Trainer:
         )
         loss_sum, tokens = 0.0, 0
         refs, hyps = [], []
-        limit = self.cfg.valid_decode_max or len(self.valid_set)
+        decoded = self._decoded_ids()
         decode_cfg = self.config.decode
         device = self.ddp.device
         # Hard monotonic decoding is the serving path, which runs on the CPU.
@@ -828,12 +837,13 @@ class Trainer:
             )
             loss_sum += float(loss) * stats["tokens"]
             tokens += stats["tokens"]
-            if len(refs) < limit:
-                take = min(limit - len(refs), len(batch.ids))
+            take = [i for i, uid in enumerate(batch.ids) if uid in decoded]
+            if take:
+                rows = torch.tensor(take)
                 results = decode_batch(
-                    decoder_model, batch.feats[:take], batch.feat_lens[:take], decode_cfg
+                    decoder_model, batch.feats[rows], batch.feat_lens[rows], decode_cfg
                 )
-                for text, segments in zip(batch.texts[:take], results):
+                for text, segments in zip([batch.texts[i] for i in take], results):
                     ids = [t for seg in segments for t in seg.tokens]
                     refs.append(text.lower())
                     hyps.append(self.tokenizer.decode(ids))
