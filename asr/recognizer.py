@@ -34,6 +34,14 @@ def check_beam(beam: int) -> int:
     return beam
 
 
+def check_lm_weight(weight: float) -> float:
+    """The one check of an LM weight given on a command line (--lm-weight), by set_search or
+    by the server's settings before any model process loads (NaN and infinity fail too)."""
+    if not 0 <= weight < math.inf:
+        raise ValueError(f"--lm-weight must be a finite number >= 0, got {weight}")
+    return weight
+
+
 @dataclass
 class Recognizer:
     """Model, tokenizer and config of one bundle. Offline decoding is a session fed the whole
@@ -71,9 +79,7 @@ class Recognizer:
         if beam is not None:
             decode.beam_size = check_beam(beam)
         if lm_weight is not None:
-            if not 0 <= lm_weight < math.inf:  # NaN fails too
-                raise ValueError(f"--lm-weight must be a finite number >= 0, got {lm_weight}")
-            decode.lm_weight = lm_weight
+            decode.lm_weight = check_lm_weight(lm_weight)
         if ctc_weight is not None:
             check_weight(ctc_weight, self.model.ctc is not None, "--ctc-weight")
             decode.ctc_weight = ctc_weight

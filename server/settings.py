@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from asr.bundle import default_model
-from asr.recognizer import check_beam
+from asr.recognizer import check_beam, check_lm_weight
 from server.protocol import MAX_CONTROL_DEPTH
 
 
@@ -92,6 +92,8 @@ class Settings:
             raise ValueError(f"port must be in 0..65535 (0: any free port), got {self.port}")
         if self.beam is not None:
             check_beam(self.beam)
+        if self.lm_weight is not None:
+            check_lm_weight(self.lm_weight)
 
     @property
     def stream_limits(self) -> dict[str, float]:

@@ -268,6 +268,8 @@ def test_serve_ctc_weight_reaches_the_model_processes(tmp_path, speech_dir):
         (["--port", "99999"], "port must be in 0..65535"),
         (["--port", "-1"], "port must be in 0..65535"),
         (["--beam", "0"], "--beam must be >= 1, got 0"),
+        (["--lm-weight", "nan"], "--lm-weight must be a finite number >= 0, got nan"),
+        (["--lm-weight", "-1"], "--lm-weight must be a finite number >= 0, got -1.0"),
     ],
 )
 def test_serve_refuses_settings_it_cannot_run_with(tiny_bundle, args, message):
