@@ -5,7 +5,10 @@ Layout: ``config.json`` (the shared :class:`Config`, with a format version),
 sentencepiece or ``tokens.txt`` for symbols), ``cmvn.json`` (global feature
 statistics), ``README.md`` (the model card), with the Whisper front end
 ``whisper_encoder.safetensors`` (its streaming encoder) and, optionally, ``lm.npz``
-(a token n-gram model for shallow fusion, made by ``asr lm``).
+(a token n-gram model for shallow fusion, made by ``asr lm``), the full-attention teacher
+``whisper_teacher.safetensors`` (two-pass finals), and Whisper's decoder and tokenizer
+``whisper_decoder.safetensors`` and ``whisper_tokenizer.json`` (``asr import-whisper
+--bundle``: two-pass finals written by Whisper's own decoder).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from asr.lm import LM_FILE
 from asr.model import Seq2Seq
 from asr.recognizer import Recognizer
 from asr.tokenizer import load_tokenizer
+from asr.whisper_decoder import DECODER_FILE
+from asr.whisper_text import TOKENIZER_FILE
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -134,7 +139,16 @@ def load_model(directory: str | Path) -> Recognizer:
     model.set_cmvn(torch.from_numpy(cmvn.mean), torch.from_numpy(cmvn.std))
     model.eval()
     lm_file = root / LM_FILE if (root / LM_FILE).is_file() else None
-    recognizer = Recognizer(config, model, tokenizer, lm_file, frontend=frontend)
+    whisper_files = (root / DECODER_FILE, root / TOKENIZER_FILE)
+    has_whisper = config.model.frontend == "whisper" and all(p.is_file() for p in whisper_files)
+    recognizer = Recognizer(
+        config,
+        model,
+        tokenizer,
+        lm_file,
+        frontend=frontend,
+        whisper_files=whisper_files if has_whisper else None,
+    )
     recognizer.set_search()  # a config that wants the LM loads it (or fails) here, not later
     return recognizer
 

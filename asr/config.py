@@ -207,6 +207,33 @@ class ModelConfig(Checked):
 
 
 @dataclass
+class WhisperFinalsConfig(Checked):
+    """Whisper's own decoder writing two-pass finals (asr.whisper_finals), with the rules
+    Whisper relies on to stay quiet on segments without speech and to stop looping."""
+
+    SECTION: ClassVar[str] = "decode.whisper_finals"
+
+    beam_size: int = bounded(1, at_least=1)  # 1: greedy
+    max_tokens: int = bounded(224, at_least=1, at_most=440)  # per segment (Whisper: 448 / 2)
+    # a segment whose probability of <|nocaptions|> at the first step is above this, and
+    # whose text is also unlikely (average log-probability below logprob_threshold, Whisper's
+    # no-speech rule and thresholds) ...
+    no_speech_threshold: float = bounded(0.6, at_least=0, at_most=1)
+    logprob_threshold: float = -1.0
+    # ... or whose text the audio hardly explains: its log-probability per token reading the
+    # segment is less than this above its log-probability reading encoded silence (Whisper
+    # writes "you" for silence, noise and breath with a high probability either way)
+    min_audio_gain: float = 0.5
+    # a text whose zlib compression ratio is above this is a loop: it is cut where the
+    # repeats begin (asr.whisper_decoder.loop_start), or dropped if none is found
+    compression_ratio_threshold: float = bounded(2.4, above=0)
+    # read the segment's states, then the encoded silence after them up to Whisper's 30 s
+    # (as Whisper learnt to read its padded window), or the segment's states alone
+    silence_after: bool = True
+    int8: bool = False  # the decoder's linear layers and output projection in int8
+
+
+@dataclass
 class DecodeConfig(Checked):
     """Search and endpointing, used identically offline and in streaming."""
 
@@ -251,6 +278,8 @@ class DecodeConfig(Checked):
     # utterance ends in some, and a clip cut right after its last word otherwise loses that
     # word's end to the encoders' chunk (the final then costs one more chunk of encoding)
     end_pad_s: float = bounded(0.0, at_least=0)
+    # two-pass finals from Whisper's own decoder, where the bundle carries it
+    whisper_finals: WhisperFinalsConfig = field(default_factory=WhisperFinalsConfig)
 
     def greedy(self) -> DecodeConfig:
         """These settings searched greedily without the LM (the search partials come from);

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,9 @@ from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.streaming import StreamingSession, two_pass_teacher
 from asr.tokenizer import Tokenizer
+from asr.whisper_decoder import load_decoder
+from asr.whisper_finals import WhisperFinals
+from asr.whisper_text import WhisperVocabulary
 
 OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
 # the most end-of-stream silence a command may ask for: training utterances end in well
@@ -26,11 +29,12 @@ OFFLINE_CHUNK_S = 5.0  # seconds of audio per step of offline transcription
 MAX_END_PAD_S = 10.0
 
 
-def check_beam(beam: int) -> int:
-    """The one check of a beam size, wherever it is set: a command's --beam, or the server's
-    settings before any model process loads (a bad one there would fail every load)."""
+def check_beam(beam: int, flag: str = "--beam") -> int:
+    """The one check of a beam size, wherever it is set: a command's --beam (or ``flag``), or
+    the server's settings before any model process loads (a bad one there would fail every
+    load)."""
     if beam < 1:
-        raise ValueError(f"--beam must be >= 1, got {beam}")
+        raise ValueError(f"{flag} must be >= 1, got {beam}")
     return beam
 
 
@@ -55,6 +59,10 @@ class Recognizer:
     # greedy serving does not pay the second it takes to index the n-grams
     lm: TokenLM | None = None
     frontend: Frontend | None = None  # None: built from config.model (fbank needs no files)
+    # Whisper's decoder and tokenizer (whisper_decoder.safetensors, whisper_tokenizer.json),
+    # if the bundle carries them: two-pass finals are then Whisper's (asr.whisper_finals)
+    whisper_files: tuple[Path, Path] | None = None
+    _whisper_finals: WhisperFinals | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.frontend is None:
@@ -67,9 +75,11 @@ class Recognizer:
         two_pass: bool | None = None,
         ctc_weight: float | None = None,
         end_pad: float | None = None,
+        final_beam: int | None = None,
     ) -> None:
-        """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight and
-        end-of-stream silence (None keeps them), checking each."""
+        """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
+        end-of-stream silence and the beam of Whisper's finals (None keeps them), checking
+        each."""
         assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
@@ -78,6 +88,9 @@ class Recognizer:
             decode.two_pass = two_pass
         if beam is not None:
             decode.beam_size = check_beam(beam)
+        if final_beam is not None:
+            check_beam(final_beam, "--final-beam")
+            decode.whisper_finals = replace(decode.whisper_finals, beam_size=final_beam)
         if lm_weight is not None:
             decode.lm_weight = check_lm_weight(lm_weight)
         if ctc_weight is not None:
@@ -107,9 +120,25 @@ class Recognizer:
         assert self.frontend is not None
         try:
             two_pass_teacher(self.frontend, self.config.decode)
-        except ValueError as err:
+            self.whisper_finals()
+        except (ValueError, FileNotFoundError) as err:
             return str(err)
         return None
+
+    def whisper_finals(self) -> WhisperFinals | None:
+        """Whisper's final pass, shared by every session (loaded on first use), or None where
+        the bundle has no Whisper decoder: its two-pass finals come from its own decoder."""
+        assert self.frontend is not None
+        if self.whisper_files is None:
+            return None
+        if self._whisper_finals is None:
+            decoder_file, tokenizer_file = self.whisper_files
+            decoder, rules = load_decoder(decoder_file)
+            vocabulary = WhisperVocabulary.load(tokenizer_file)
+            teacher = self.frontend.full_attention()
+            int8 = self.config.decode.whisper_finals.int8
+            self._whisper_finals = WhisperFinals(teacher, decoder, rules, vocabulary, int8)
+        return self._whisper_finals
 
     def stream(self, sample_rate: int, two_pass: bool | None = None) -> StreamingSession:
         """A new session. ``two_pass`` (None: the bundle's decode.two_pass) is this session's
@@ -119,8 +148,9 @@ class Recognizer:
         if two_pass is not None and two_pass != config.decode.two_pass:
             decode = replace(config.decode, two_pass=two_pass)
             config = replace(config, decode=decode)
+        finals = self.whisper_finals() if config.decode.two_pass else None
         return StreamingSession(
-            self.model, self.tokenizer, config, sample_rate, self.frontend, self.lm
+            self.model, self.tokenizer, config, sample_rate, self.frontend, self.lm, finals
         )
 
     def transcribe_segments(
@@ -129,7 +159,7 @@ class Recognizer:
         sample_rate: int,
         progress: Callable[[float], None] | None = None,
     ) -> list[Event]:
-        """The final segments of the whole signal. It is fed to the session in pieces of
+        """The final segments of the whole signal (those with text). It is fed to the session in pieces of
         ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the memory a long
         file needs and lets ``progress`` hear the seconds of audio done after each piece."""
         session = self.stream(sample_rate)
@@ -141,14 +171,16 @@ class Recognizer:
             if progress is not None:
                 progress(done / sample_rate)
         events += session.finish()
-        return [e for e in events if e.final]
+        return [e for e in events if e.final and e.text]  # a final pass may hear no speech
 
     def transcribe(self, samples: np.ndarray, sample_rate: int) -> str:
         return plain_text(self.transcribe_segments(samples, sample_rate))
 
     def set_search_arguments(self, args: argparse.Namespace) -> None:
         """``set_search`` with what a command's ``add_search_arguments`` options parsed to."""
-        self.set_search(args.beam, args.lm_weight, args.two_pass, args.ctc_weight, args.end_pad)
+        self.set_search(
+            args.beam, args.lm_weight, args.two_pass, args.ctc_weight, args.end_pad, args.final_beam
+        )
 
 
 def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray]:
@@ -161,7 +193,7 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass, --ctc-weight and --end-pad, the search settings a
+    """--beam, --lm-weight, --two-pass, --final-beam, --ctc-weight and --end-pad, the search settings a
     command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -180,6 +212,12 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         action=argparse.BooleanOptionalAction,
         help="finals from the full-attention Whisper encoder over each segment (default: the "
         "bundle's decode.two_pass)",
+    )
+    parser.add_argument(
+        "--final-beam",
+        type=int,
+        help="beam of Whisper's decoder writing two-pass finals, 1: greedy (default: the "
+        "bundle's decode.whisper_finals.beam_size)",
     )
     parser.add_argument(
         "--ctc-weight",

@@ -9,16 +9,18 @@ file at once is therefore offline decoding: the two give the same transcript.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from asr.audio import HopLoudness, StreamResampler, check_sample_rate, check_samples
-from asr.config import Config, DecodeConfig
+from asr.config import Config, DecodeConfig, WhisperFinalsConfig
 from asr.decoding import Segment, SegmentSearch, search_states
 from asr.events import Event
 from asr.frontend import Frontend, PauseRestart, frames_of_each
@@ -26,6 +28,7 @@ from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.tokenizer import Tokenizer
 from asr.whisper_encoder import WhisperEncoder
+from asr.whisper_finals import FinalText, WhisperFinals
 
 _MKLDNN_SWITCH = threading.Lock()
 TWO_PASS_MAX_SEGMENT_S = 30.0  # Whisper's positions end at 30 s
@@ -59,6 +62,21 @@ def _native_lstm() -> Iterator[None]:
             yield
         finally:
             torch.backends.mkldnn.enabled = previous
+
+
+@dataclass
+class PendingFinal:
+    """A closed segment whose final Whisper's decoder writes once every session of the step
+    has closed theirs (:func:`_write_finals`), so that they are decoded as one batch."""
+
+    session: StreamingSession
+    segment: Segment  # the first pass's
+    number: int
+    mel: torch.Tensor  # the segment's log-mel frames
+
+    @property
+    def options(self) -> WhisperFinalsConfig:
+        return self.session.config.decode.whisper_finals
 
 
 def step_sessions(
@@ -124,12 +142,56 @@ def _step_round(
         for k, (done, _), out, state in zip(ready, split, states, carried):
             encoded[k] = torch.cat([*done, out], dim=1) if done else out
             sessions[k]._encoder_state = state
+    decoded: dict[int, list[Event | PendingFinal]] = {}
     for k in frames:
         try:
-            outcomes[k] = sessions[k]._decode(encoded.get(k))
+            decoded[k] = sessions[k]._decode(encoded.get(k))
         except Exception as err:
             outcomes[k] = err
+    for k, written in _write_finals(decoded).items():
+        outcomes[k] = written
     return outcomes
+
+
+def _write_finals(
+    decoded: dict[int, list[Event | PendingFinal]],
+) -> dict[int, list[Event] | Exception]:
+    """Each session's events with its pending finals written: those of one final pass in
+    one batch; if a batch fails, its segments are written one by one, and a segment that
+    still fails is its session's error alone."""
+    pending = [e for events in decoded.values() for e in events if isinstance(e, PendingFinal)]
+    written: dict[int, Event | Exception] = {}
+
+    def batch_of(p: PendingFinal) -> tuple[int, tuple]:
+        return id(p.session._whisper), dataclasses.astuple(p.options)
+
+    for key in dict.fromkeys(batch_of(p) for p in pending):
+        mine = [p for p in pending if batch_of(p) == key]
+        finals, options = mine[0].session._whisper, mine[0].options
+        assert finals is not None
+        try:
+            texts: list[FinalText | Exception] = list(
+                finals.transcribe([p.mel for p in mine], options)
+            )
+        except Exception:
+            texts = [_one_final(finals, p.mel, options) for p in mine]
+        for p, text in zip(mine, texts):
+            written[id(p)] = text if isinstance(text, Exception) else p.session._written(p, text)
+    outcomes: dict[int, list[Event] | Exception] = {}
+    for k, events in decoded.items():
+        got = [written[id(e)] if isinstance(e, PendingFinal) else e for e in events]
+        failed = [e for e in got if isinstance(e, Exception)]
+        outcomes[k] = failed[0] if failed else [e for e in got if isinstance(e, Event)]
+    return outcomes
+
+
+def _one_final(
+    finals: WhisperFinals, mel: torch.Tensor, options: WhisperFinalsConfig
+) -> FinalText | Exception:
+    try:
+        return finals.transcribe([mel], options)[0]
+    except Exception as err:
+        return err
 
 
 def _joined(parts: list[Segment], segment: Segment, offset: int = 0) -> Segment:
@@ -157,7 +219,10 @@ class StreamingSession:
         sample_rate: int,
         frontend: Frontend,
         lm: TokenLM | None = None,
+        whisper: WhisperFinals | None = None,
     ) -> None:
+        """``whisper``: with two-pass finals, Whisper's decoder writes them (else the model's
+        own decoder reads the teacher's states)."""
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -169,6 +234,7 @@ class StreamingSession:
             PauseRestart(restart, decode.silence_threshold_db) if restart > 0 else None
         )
         self._teacher = two_pass_teacher(frontend, decode) if decode.two_pass else None
+        self._whisper = whisper if self._teacher is not None else None
         if self._teacher is not None:
             self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)
@@ -270,9 +336,9 @@ class StreamingSession:
         self._frames_encoded += feats.shape[1]
         return done, feats
 
-    def _decode(self, states: torch.Tensor | None) -> list[Event]:
+    def _decode(self, states: torch.Tensor | None) -> list[Event | PendingFinal]:
         """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""
-        events: list[Event] = []
+        events: list[Event | PendingFinal] = []
         if states is not None:
             for state in states[0]:
                 events += self._on_state(state.unsqueeze(0))
@@ -283,10 +349,10 @@ class StreamingSession:
                 events += self._final(segment)
         return events
 
-    def _on_state(self, state: torch.Tensor) -> list[Event]:
+    def _on_state(self, state: torch.Tensor) -> list[Event | PendingFinal]:
         search = self._search
         decode = self.config.decode
-        events: list[Event] = []
+        events: list[Event | PendingFinal] = []
         if self._restarts and self._restarts[0] == search.states_seen:
             # the encoders started afresh here after a pause: so does the segment
             self._restarts.popleft()
@@ -321,7 +387,7 @@ class StreamingSession:
             events += self._endpoint()
         return events
 
-    def _endpoint(self) -> list[Event]:
+    def _endpoint(self) -> list[Event | PendingFinal]:
         """End the segment after the states seen so far; the next one begins there."""
         search = self._search
         events = self._final(search.end_segment())
@@ -335,8 +401,13 @@ class StreamingSession:
         self._silent_states = 0
         return events
 
-    def _final(self, segment: Segment | None) -> list[Event]:
+    def _final(self, segment: Segment | None) -> list[Event | PendingFinal]:
         self._partial = []
+        if segment is not None and segment.tokens and self._whisper is not None:
+            mel = self._segment_mel(segment)
+            if len(mel) >= 2:
+                self._segment += 1
+                return [PendingFinal(self, segment, self._segment - 1, mel)]
         if segment is not None and self._teacher is not None:
             segment = self._second_pass(segment)
         elif segment is not None and self._finals is not None:
@@ -381,15 +452,47 @@ class StreamingSession:
         """The segment again, from the full-attention teacher over its log-mel frames, through
         the same LAS layers (from a fresh state, as training runs each utterance) and decoder."""
         assert self._teacher is not None
-        mel_per_state = 2 * self._frames_per_state
-        mel = self._frames.mel_between(  # type: ignore[attr-defined]
-            segment.start * mel_per_state, segment.end * mel_per_state
-        )
+        mel = self._segment_mel(segment)
         if not segment.tokens or len(mel) < 2:
             return segment  # the streaming pass heard nothing here: no second look
         states, _ = self._teacher(mel.unsqueeze(0))
         memory, lengths = self.model.encode(states, torch.tensor([states.shape[1]]))
         return self._decode_again(segment, memory[0, : int(lengths[0])])
+
+    def _segment_mel(self, segment: Segment) -> torch.Tensor:
+        """The log-mel frames of the segment's audio (kept for the second pass)."""
+        mel_per_state = 2 * self._frames_per_state
+        return self._frames.mel_between(  # type: ignore[attr-defined]
+            segment.start * mel_per_state, segment.end * mel_per_state
+        )
+
+    def _written(self, pending: PendingFinal, text: FinalText) -> Event:
+        """The final Whisper wrote for a pending segment: its cased, punctuated text (empty
+        where it heard no speech), each token timed by its alignment; the first pass's final
+        where Whisper's text failed its loop check."""
+        segment = pending.segment
+        if text.fallback:
+            return self._event(
+                "final",
+                segment.tokens,
+                segment.start,
+                segment.end,
+                segment.positions,
+                pending.number,
+            )
+        start = self._seconds(segment.start)
+        step = self.state_seconds / self._frames_per_state  # the teacher's states
+        end = self._seconds(segment.end)
+        times = [min(round(start + e * step, 3), end) for e in text.ends]
+        return Event(
+            kind="final",
+            segment=pending.number,
+            text=text.text,
+            tokens=text.pieces,
+            start=start,
+            end=max(times, default=end),
+            token_times=times,
+        )
 
     def _decode_again(self, segment: Segment, states: torch.Tensor) -> Segment:
         """The segment's final from a search over all of its (teacher's) encoder ``states`` at
@@ -398,7 +501,13 @@ class StreamingSession:
         return _joined(found, segment, offset=segment.start)
 
     def _event(
-        self, kind: str, tokens: list[int], start: int, end: int, positions: list[int]
+        self,
+        kind: str,
+        tokens: list[int],
+        start: int,
+        end: int,
+        positions: list[int],
+        number: int | None = None,
     ) -> Event:
         """An event over encoder states [start, end); ``positions``: the state that selected
         each token. A final ends at its last token's state; a partial at the audio heard."""
@@ -409,7 +518,7 @@ class StreamingSession:
         emitted = [min(p + 1, end) if p >= 0 else end for p in positions]
         return Event(
             kind=kind,  # type: ignore[arg-type]
-            segment=self._segment,
+            segment=self._segment if number is None else number,
             text=self.tokenizer.decode(tokens),
             tokens=self.tokenizer.pieces(tokens),
             start=self._seconds(start),

@@ -19,14 +19,50 @@ decoder that may read only the audio that has arrived sees.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 Memory = list[tuple[Tensor, Tensor]]  # per layer: keys, values [B, heads, S, d / heads]
+DECODER_FILE = "whisper_decoder.safetensors"
+
+
+@dataclass(frozen=True)
+class TokenRules:
+    """Whisper's own rules for its tokens, shipped with its weights (the CTranslate2 model's
+    config): tokens never written (symbols of non-speech such as music notes, and special
+    tokens), tokens never written first (a blank, the end), and the cross-attention heads
+    whose attention follows the audio (for token times)."""
+
+    suppress: tuple[int, ...]
+    suppress_begin: tuple[int, ...]
+    alignment_heads: tuple[tuple[int, int], ...]
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            "suppress": json.dumps(self.suppress),
+            "suppress_begin": json.dumps(self.suppress_begin),
+            "alignment_heads": json.dumps(self.alignment_heads),
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[str, str]) -> TokenRules:
+        heads = json.loads(meta["alignment_heads"])
+        return cls(
+            tuple(json.loads(meta["suppress"])),
+            tuple(json.loads(meta["suppress_begin"])),
+            tuple((int(layer), int(head)) for layer, head in heads),
+        )
 
 
 class DecoderLayer(nn.Module):
@@ -58,12 +94,90 @@ class DecoderLayer(nn.Module):
         b, _, t, _ = x.shape
         return x.transpose(1, 2).reshape(b, t, -1)
 
-    def forward(self, x: Tensor, memory: tuple[Tensor, Tensor]) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        past: tuple[Tensor, Tensor] | None,
+        cross: Callable[[Tensor], tuple[Tensor, Tensor | None]],
+    ) -> tuple[Tensor, tuple[Tensor, Tensor], Tensor | None]:
+        """New tokens' activations x [B, n, d] after ``past`` tokens' self-attention keys and
+        values -> (output, keys and values of past and new tokens, and what ``cross`` scored
+        besides: token alignment). ``cross`` attends the queries [B, heads, n, dh] over the
+        memory."""
         q, k, v = self.heads_of(self.self_qkv(self.self_norm(x)), 3)
-        x = x + self.self_out(self.joined(F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        n, total = q.shape[2], k.shape[2]
+        causal = None  # one new token sees every key; several see those up to their own
+        if n > 1:
+            causal = torch.arange(total) <= torch.arange(total - n, total).unsqueeze(1)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
+        x = x + self.self_out(self.joined(attended))
         (q,) = self.heads_of(self.cross_q(self.cross_norm(x)), 1)
-        x = x + self.cross_out(self.joined(F.scaled_dot_product_attention(q, *memory)))
-        return x + self.fc2(F.gelu(self.fc1(self.ffn_norm(x))))
+        attended, scores = cross(q)
+        x = x + self.cross_out(self.joined(attended))
+        return x + self.fc2(F.gelu(self.fc1(self.ffn_norm(x)))), (k, v), scores
+
+
+@dataclass
+class DecoderCache:
+    """What the decoder has read for each row of a batch (a hypothesis of a segment): every
+    layer's self-attention keys and values of the tokens so far [B, heads, L, d / heads], and
+    the memory it reads with its mask [M, S] (None: every state). Memory rows are shared:
+    ``owner`` [B] names the memory row of each hypothesis (None: row i reads memory row i),
+    so a beam's hypotheses read their segment's memory without copies of it. A beam keeps
+    the rows of its survivors with :meth:`select`, without knowing the layout."""
+
+    past: list[tuple[Tensor, Tensor]]
+    memory: Memory
+    mask: Tensor | None = None
+    owner: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return self.past[0][0].shape[2] if self.past else 0
+
+    def select(self, rows: Tensor) -> DecoderCache:
+        """The cache of ``rows`` [R] (indices into the batch, repeats allowed)."""
+        past = [(k[rows], v[rows]) for k, v in self.past]
+        owner = rows if self.owner is None else self.owner[rows]
+        if torch.equal(owner, torch.arange(len(self.memory[0][0]))):
+            owner = None
+        return DecoderCache(past, self.memory, self.mask, owner)
+
+    def attend(self, q: Tensor, layer: int, heads: list[int]) -> tuple[Tensor, Tensor | None]:
+        """Cross-attention of queries q [B, heads, n, dh] over each row's memory, and the
+        scores [B, len(heads), n, S] (before the softmax) of ``heads`` if any: one call for
+        a batch that reads memory row by row, else one per memory row, its hypotheses'
+        queries side by side."""
+        k, v = self.memory[layer]
+        mask = None if self.mask is None else self.mask[:, None, None, :]
+        if self.owner is None:
+            return F.scaled_dot_product_attention(q, k, v, mask), _scores(q, k, heads)
+        out = torch.empty_like(q)
+        scores = None
+        if heads:
+            scores = q.new_empty(q.shape[0], len(heads), q.shape[2], k.shape[2])
+        for row in self.owner.unique().tolist():
+            mine = (self.owner == row).nonzero().squeeze(1)
+            c, count, n, dh = q[mine].shape
+            folded = q[mine].transpose(0, 1).reshape(1, count, c * n, dh)
+            one_mask = None if mask is None else mask[row : row + 1]
+            got = F.scaled_dot_product_attention(
+                folded, k[row : row + 1], v[row : row + 1], one_mask
+            )
+            out[mine] = got.reshape(count, c, n, dh).transpose(0, 1)
+            if scores is not None:
+                scores[mine] = _scores(q[mine], k[row : row + 1], heads)
+        return out, scores
+
+
+def _scores(q: Tensor, k: Tensor, heads: list[int]) -> Tensor | None:
+    """Scaled dot products [B, len(heads), n, S] of queries [B, H, n, dh] with keys [B or 1,
+    H, S, dh] for ``heads`` (None: no heads asked for)."""
+    if not heads:
+        return None
+    return q[:, heads] @ k[:, heads].transpose(-1, -2) / math.sqrt(q.shape[-1])
 
 
 class WhisperTextDecoder(nn.Module):
@@ -73,6 +187,8 @@ class WhisperTextDecoder(nn.Module):
         self.register_buffer("positions", torch.zeros(n_ctx, d_model))
         self.layers = nn.ModuleList(DecoderLayer(d_model, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(d_model)
+        # the output projection as its own layer (an int8 copy of the embedding), if set
+        self.projection: nn.Module | None = None
 
     @classmethod
     def from_ctranslate2(cls, variables: Mapping[str, np.ndarray]) -> WhisperTextDecoder:
@@ -118,6 +234,16 @@ class WhisperTextDecoder(nn.Module):
         decoder.load_state_dict(weights)
         return decoder.eval()
 
+    def save(self, path: Path, rules: TokenRules, provenance: Mapping[str, str]) -> None:
+        """Weights in float16, as published, with the shape and ``rules`` as metadata."""
+        weights = {k: v.half().contiguous() for k, v in self.state_dict().items()}
+        shape = {"heads": self.layers[0].heads, "n_ctx": len(self.positions)}
+        metadata = {**{k: str(v) for k, v in shape.items()}, **rules.to_metadata(), **provenance}
+        tmp = path.with_name(f".{path.name}.tmp")
+        save_file(weights, str(tmp), metadata=metadata)
+        tmp.chmod(0o644)  # save_file's file is private to its owner; a bundle is to share
+        tmp.replace(path)
+
     def memory(self, states: Tensor) -> Memory:
         """Each layer's cross-attention keys and values of encoder states [B, S, d]."""
         return [layer.memory(states) for layer in self.layers]
@@ -134,10 +260,34 @@ class WhisperTextDecoder(nn.Module):
 
     def forward(self, tokens: Tensor, memory: Memory) -> Tensor:
         """Log-probabilities [B, L, vocab] of each next token after ``tokens`` [B, L]."""
-        x = self.embed(tokens) + self.positions[: tokens.shape[1]]
-        for layer, layer_memory in zip(self.layers, memory, strict=True):
-            x = layer(x, layer_memory)
-        return F.log_softmax(self.norm(x) @ self.embed.weight.t(), dim=-1)
+        return self.step(tokens, DecoderCache([], memory))[0]
+
+    def step(
+        self, tokens: Tensor, cache: DecoderCache, scores_of: Sequence[tuple[int, int]] = ()
+    ) -> tuple[Tensor, DecoderCache, Tensor | None]:
+        """Read new ``tokens`` [B, n] after those in ``cache``: (log-probabilities [B, n, vocab]
+        of each next token, the cache with them, and if ``scores_of`` names (layer, head)
+        pairs, their cross-attention scores [B, pairs, n, S] before the softmax)."""
+        start = cache.length
+        x = self.embed(tokens) + self.positions[start : start + tokens.shape[1]]
+        past: list[tuple[Tensor, Tensor]] = []
+        scores: list[Tensor] = []
+        for i, layer in enumerate(self.layers):
+            heads = [h for layer_index, h in scores_of if layer_index == i]
+            layer_past = cache.past[i] if cache.past else None
+            x, kv, got = layer(x, layer_past, partial(cache.attend, layer=i, heads=heads))
+            past.append(kv)
+            if got is not None:
+                scores.append(got)
+        logits = self.project(self.norm(x))
+        new_cache = DecoderCache(past, cache.memory, cache.mask, cache.owner)
+        return F.log_softmax(logits, dim=-1), new_cache, torch.cat(scores, 1) if scores else None
+
+    def project(self, x: Tensor) -> Tensor:
+        """Logits over the vocabulary: the output projection is the token embedding."""
+        if self.projection is not None:
+            return self.projection(x)
+        return x @ self.embed.weight.t()
 
     @torch.no_grad()
     def greedy(self, memory: Memory, prompt: list[int], end: int, limit: int = 224) -> list[int]:
@@ -155,6 +305,28 @@ class WhisperTextDecoder(nn.Module):
             if start is not None:
                 return tokens[:start]
         return tokens
+
+
+def load_decoder(path: Path) -> tuple[WhisperTextDecoder, TokenRules]:
+    """The decoder (float32) and its token rules from a file :meth:`WhisperTextDecoder.save`
+    wrote; a missing or unreadable file fails naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing (`asr import-whisper --bundle DIR` writes Whisper's decoder)"
+        )
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            weights = {k: f.get_tensor(k).float() for k in f.keys()}
+        embed = weights["embed.weight"]
+        layers = 1 + max(int(k.split(".")[1]) for k in weights if k.startswith("layers."))
+        n_ctx, heads = int(meta["n_ctx"]), int(meta["heads"])
+        decoder = WhisperTextDecoder(len(embed), embed.shape[1], heads, layers, n_ctx)
+        decoder.load_state_dict(weights)
+        rules = TokenRules.from_metadata(meta)
+    except (SafetensorError, KeyError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{path}: not Whisper's decoder ({str(err).splitlines()[0]})") from None
+    return decoder.eval(), rules
 
 
 def loop_start(tokens: list[int], repeats: int = 4, longest: int = 30) -> int | None:

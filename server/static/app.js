@@ -71,6 +71,23 @@ function targetRate(deviceRate) {
   return $("rate").value === "device" && deviceOk ? deviceRate : 16000;
 }
 
+function modeName() {
+  return $("finals-mode").value === "two-pass" ? "Whisper (two-pass)" : "streaming (one-pass)";
+}
+
+// Which finals the served model offers (GET /readyz): two-pass is selectable where it is
+// available, and chosen at first where it is the model's default.
+async function loadModes() {
+  const response = await fetch(new URL("/readyz", location.href));
+  const twoPass = (await response.json()).two_pass;
+  if (!twoPass) return; // no model process is live yet: one-pass only
+  const option = $("finals-mode").querySelector('option[value="two-pass"]');
+  option.disabled = !twoPass.available;
+  if (twoPass.available && twoPass.default) $("finals-mode").value = "two-pass";
+}
+
+loadModes().catch(() => {}); // the page still streams one-pass without it
+
 // One /v1/stream session speaking the typed JSON protocol.
 class Connection {
   constructor(sampleRate) {
@@ -95,6 +112,7 @@ class Connection {
       });
       ws.onopen = () => {
         const start = { type: "start", sample_rate: this.sampleRate, encoding: "pcm_s16le" };
+        start.two_pass = $("finals-mode").value === "two-pass";
         ws.send(JSON.stringify(start));
       };
       ws.onerror = () => showError("connection failed");
@@ -102,7 +120,7 @@ class Connection {
         const message = JSON.parse(event.data);
         switch (message.type) {
           case "ready":
-            setState(`streaming at ${this.sampleRate} Hz`);
+            setState(`streaming at ${this.sampleRate} Hz, ${modeName()} finals`);
             resolve();
             break;
           case "partial":

@@ -1,0 +1,354 @@
+"""Two-pass finals written by Whisper-base's own decoder.
+
+When a segment closes, its log-mel frames (floored as Whisper floors them:
+:func:`whisper_floor`) go through the full-attention teacher at the segment's own length (not padded to Whisper's 30 s: a tenth of the cost for a 3 s segment),
+and Whisper's decoder, which learnt English from 680,000 hours of speech, writes the
+final: cased and punctuated. Whisper learnt to read a 30 s window whose end is padding, so
+the memory it reads is the segment's states followed by the teacher's states of a silent
+window (computed once), unless ``silence_after`` is off.
+
+The rules Whisper relies on to be safe on short and empty segments come with it:
+
+- no speech: a segment whose first-step probability of ``<|nocaptions|>`` is above
+  ``no_speech_threshold`` and whose text's average log-probability is below
+  ``logprob_threshold`` gives an empty final (Whisper's rule); so does one whose text the
+  audio does not explain: no more likely per token (by ``min_audio_gain`` nats) reading the
+  segment than reading encoded silence. Whisper writes "you" for silence, noise and breath
+  with an average log-probability of -0.5 to -0.7, which its own rule keeps; reading silence
+  gives it the same probability (gain 0.05 nats or less, where speech scored 1.25 and more
+  on the shipped held-out synthetic files);
+- loops: a hypothesis that repeats itself (``loop_start``) is cut where the repeats begin;
+  a text that still compresses too well (zlib ratio above ``compression_ratio_threshold``)
+  gives way to the first pass's final (:attr:`FinalText.fallback`);
+- suppressed tokens: non-speech symbols and special tokens are never written, and a blank
+  or the end never first.
+
+Segments that close together are decoded as one padded batch: the decoder's weights are
+read once a step for all of them. Token times come from the cross-attention of Whisper's
+alignment heads, aligned to the segment's states by dynamic time warping.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from asr.config import WhisperFinalsConfig
+from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
+from asr.whisper_encoder import Int8Linear, WhisperEncoder
+from asr.whisper_text import WhisperVocabulary
+
+STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states (20 ms each)
+MEDIAN_WIDTH = 7  # Whisper's filter of alignment weights along time
+
+
+@dataclass
+class FinalText:
+    """Whisper's reading of one segment: its text tokens, their texts, and for each the
+    segment-relative state after which it was spoken (its end); ``fallback``: the text
+    failed a check (a loop) and the first pass's final should stand instead."""
+
+    tokens: list[int]
+    text: str
+    pieces: list[str]
+    ends: list[int]
+    avg_logprob: float
+    no_speech_prob: float
+    fallback: bool = False
+
+
+@dataclass
+class _Hypothesis:
+    """A hypothesis of one segment: its text tokens, their summed log-probability, and for
+    each token read so far the alignment heads' scores [heads, S] of the query reading it
+    (collected as the search goes, so token times need no second pass)."""
+
+    tokens: list[int]
+    logprob: float = 0.0
+    alignment: list[Tensor] = field(default_factory=list)
+
+
+class WhisperFinals:
+    """What every session's final pass shares: the teacher, Whisper's decoder and vocabulary,
+    its token rules and the memory of encoded silence. Stateless between calls."""
+
+    def __init__(
+        self,
+        teacher: WhisperEncoder,
+        decoder: WhisperTextDecoder,
+        rules: TokenRules,
+        vocabulary: WhisperVocabulary,
+        int8: bool = False,
+    ) -> None:
+        """``int8``: the decoder's linear layers and output projection in int8."""
+        self.teacher = teacher
+        self.decoder = _int8(decoder) if int8 else decoder
+        self.rules = rules
+        self.vocabulary = vocabulary
+        size = len(decoder.embed.weight)
+        self._suppress = torch.zeros(size, dtype=torch.bool)
+        self._suppress[list(rules.suppress)] = True
+        self._suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
+        self._suppress_begin = self._suppress.clone()
+        self._suppress_begin[list(rules.suppress_begin)] = True
+        self._silence: Memory | None = None
+
+    @torch.inference_mode()
+    def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
+        """Whisper's finals of segments given as log-mel frames [T_i, 80] (each at most 30 s),
+        decoded together with ``options`` (a session's decode.whisper_finals)."""
+        if not mels:
+            return []
+        states, lengths = self._encode(mels)
+        memory, mask = self._memory(states, lengths, options.silence_after)
+        cache = DecoderCache([], memory, mask)
+        found = self._search(cache, len(mels), options)
+        return [
+            self._final(best, no_speech, int(length), options)
+            for (best, no_speech), length in zip(found, lengths.tolist())
+        ]
+
+    # -- encoding -------------------------------------------------------------------
+    def _encode(self, mels: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """The teacher's states of each segment at its own length (padded to the longest)."""
+        frames = torch.tensor([len(m) for m in mels])
+        mels = [whisper_floor(m) for m in mels]
+        if int(frames.max()) > 2 * STATES_PER_WINDOW:
+            raise ValueError(f"a Whisper final covers at most 30 s, got {int(frames.max())} frames")
+        padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)
+        return self.teacher(padded, frames)
+
+    def _memory(
+        self, states: Tensor, lengths: Tensor, silence_after: bool
+    ) -> tuple[Memory, Tensor | None]:
+        """The decoder's memory of each segment: its states, then encoded silence (or a
+        mask that hides the padding)."""
+        memory = self.decoder.memory(states)
+        if not silence_after:
+            width = states.shape[1]
+            return memory, torch.arange(width) < lengths.unsqueeze(1)
+        silence = self._silent_memory()
+        ends = lengths.tolist()
+
+        def joined(own: Tensor, silent: Tensor) -> Tensor:
+            rows = [
+                torch.cat([own[i, :, :end], silent[0, :, end:]], dim=1)
+                for i, end in enumerate(ends)
+            ]
+            return torch.stack(rows)
+
+        return [(joined(k, sk), joined(v, sv)) for (k, v), (sk, sv) in zip(memory, silence)], None
+
+    def _silent_memory(self) -> Memory:
+        """The memory of a silent 30 s window as the teacher encodes it (computed once)."""
+        if self._silence is None:
+            from asr.whisper_features import SAMPLE_RATE, log_mel
+
+            mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
+            self._silence = self.decoder.memory(self.teacher(mel[None])[0])
+        return self._silence
+
+    # -- search ---------------------------------------------------------------------
+    def _search(
+        self, cache: DecoderCache, count: int, options: WhisperFinalsConfig
+    ) -> list[tuple[_Hypothesis, float]]:
+        """The best hypothesis of each segment with its no-speech probability: a beam of
+        ``beam_size`` hypotheses per segment (1: greedy), all segments stepped together; a
+        hypothesis ends at the end token, a loop or ``max_tokens``, and the best has the
+        highest log-probability per token (Whisper's ranking without a length penalty)."""
+        beam = options.beam_size
+        heads = self.rules.alignment_heads
+        prompt = torch.tensor([self.vocabulary.prompt] * count)
+        logprobs, cache, _ = self.decoder.step(prompt, cache)
+        no_speech = logprobs[:, 0, self.vocabulary.no_speech].exp().tolist()
+        last = logprobs[:, -1]
+        alive = [[_Hypothesis([])] for _ in range(count)]  # per segment
+        done: list[list[_Hypothesis]] = [[] for _ in range(count)]
+        for step in range(options.max_tokens):
+            last = last.masked_fill(self._suppress_begin if step == 0 else self._suppress, -1e9)
+            last = last.log_softmax(-1)
+            parents: list[int] = []  # the cache row each new live hypothesis goes on from
+            flat = 0
+            for segment in range(count):
+                hyps = alive[segment]
+                chosen = self._extend(hyps, last[flat : flat + len(hyps)], beam, done[segment])
+                alive[segment] = [hyp for hyp, _ in chosen]
+                parents += [flat + parent for _, parent in chosen]
+                flat += len(hyps)
+            if not parents:
+                break
+            live = [hyp for hyps in alive for hyp in hyps]
+            cache = cache.select(torch.tensor(parents))
+            feed = torch.tensor([[hyp.tokens[-1]] for hyp in live])
+            logprobs, cache, scores = self.decoder.step(feed, cache, scores_of=heads)
+            assert scores is not None
+            for hyp, row in zip(live, scores[:, :, -1]):
+                hyp.alignment.append(row)
+            last = logprobs[:, -1]
+        best = []
+        for segment in range(count):  # out of tokens: the live ones end here
+            ended = done[segment] + alive[segment]
+            top = max(ended, key=lambda h: h.logprob / max(len(h.tokens), 1))
+            best.append((top, no_speech[segment]))
+        return best
+
+    def _extend(
+        self,
+        hyps: list[_Hypothesis],
+        scores: Tensor,
+        beam: int,
+        done: list[_Hypothesis],
+    ) -> list[tuple[_Hypothesis, int]]:
+        """The next live hypotheses of one segment (each with its parent's index among
+        ``hyps``); those that end go to ``done``. With a beam, a segment stops once
+        ``beam`` hypotheses have ended (Whisper's patience 1)."""
+        if not hyps:
+            return []
+        end = self.vocabulary.end
+        top = scores.topk(beam + 1 if beam > 1 else 1, dim=-1)
+        candidates = []
+        for parent, hyp in enumerate(hyps):
+            for value, token in zip(top.values[parent].tolist(), top.indices[parent].tolist()):
+                candidates.append((hyp.logprob + value, parent, token))
+        candidates.sort(key=lambda c: -c[0])
+        chosen: list[tuple[_Hypothesis, int]] = []
+        for logprob, parent, token in candidates:
+            if len(chosen) == beam or len(done) >= beam:
+                break
+            read = hyps[parent].alignment
+            if token == end:
+                done.append(_Hypothesis(hyps[parent].tokens, logprob, read))
+                continue
+            tokens = [*hyps[parent].tokens, token]
+            start = loop_start(tokens)
+            if start is not None:  # a loop: keep the text before its repeats, and end it
+                done.append(_Hypothesis(tokens[:start], logprob, read[:start]))
+                continue
+            chosen.append((_Hypothesis(tokens, logprob, list(read)), parent))
+        if len(done) >= beam:
+            return []
+        return chosen
+
+    # -- checks and times -------------------------------------------------------------
+    def _final(
+        self, best: _Hypothesis, no_speech: float, length: int, config: WhisperFinalsConfig
+    ) -> FinalText:
+        tokens = best.tokens
+        avg = best.logprob / (len(tokens) + 1)  # Whisper counts the end token too
+        silent = no_speech > config.no_speech_threshold and (
+            avg < config.logprob_threshold
+            or avg - self._silence_logprob(tokens) < config.min_audio_gain
+        )
+        if silent or not tokens:
+            return FinalText([], "", [], [], avg, no_speech)
+        text = self.vocabulary.decode(tokens)
+        loops = compression_ratio(text) > config.compression_ratio_threshold
+        ends = token_ends(torch.stack(best.alignment, dim=1)[:, :, :length])
+        pieces = self.vocabulary.pieces(tokens)
+        return FinalText(tokens, text, pieces, ends, avg, no_speech, fallback=loops)
+
+    def _silence_logprob(self, tokens: list[int]) -> float:
+        """The average log-probability of ``tokens`` and the end reading encoded silence:
+        near that of the segment, the text is what Whisper says of no speech at all."""
+        sequence = torch.tensor([[*self.vocabulary.prompt, *tokens, self.vocabulary.end]])
+        logprobs, _, _ = self.decoder.step(
+            sequence[:, :-1], DecoderCache([], self._silent_memory())
+        )
+        count = len(tokens) + 1
+        picked = logprobs[0, -count:].gather(-1, sequence[0, -count:, None])
+        return float(picked.sum()) / count
+
+
+def whisper_floor(mel: Tensor) -> Tensor:
+    """Scaled log-mel frames floored as Whisper floors its input, 8 (2 once scaled) below the
+    loudest value, rather than at the stream's constant floor (``model.whisper.floor``),
+    which cannot wait for the maximum. The teacher learnt from Whisper's floor. Where that
+    lies below the stream's, the frames hold nothing lower and keep the stream's."""
+    return torch.maximum(mel, mel.max() - 2.0) if len(mel) else mel
+
+
+def token_ends(scores: Tensor) -> list[int]:
+    """Each token's end, in states from the segment's start, from the alignment heads'
+    scores [heads, tokens, states] of the query reading each token (as Whisper reads them):
+    their attention over the segment's states, normalised per state across tokens and
+    smoothed along time as Whisper does, then the monotonic path through it (:func:`dtw`)
+    that collects the most attention; a token ends at the last state it holds there."""
+    weights = scores.softmax(-1)
+    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, correction=0)
+    weights = (weights - mean) / std.clamp(min=1e-8)
+    weights = median_filter(weights, MEDIAN_WIDTH).mean(0)
+    ends = [0] * scores.shape[1]
+    for token, state in dtw(-weights.double().numpy()):
+        ends[token] = state + 1
+    return ends
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of text per byte of its zlib compression: high for text that repeats itself."""
+    data = text.encode()
+    return len(data) / max(len(zlib.compress(data)), 1)
+
+
+def median_filter(x: Tensor, width: int) -> Tensor:
+    """Median over a sliding window of ``width`` (odd) along the last axis, edges reflected."""
+    if x.shape[-1] <= width // 2:
+        return x
+    pad = width // 2
+    flat = x.reshape(-1, 1, x.shape[-1])  # reflection pads [N, C, T]
+    padded = F.pad(flat, (pad, pad), mode="reflect").reshape(*x.shape[:-1], -1)
+    return padded.unfold(-1, width, 1).median(-1).values
+
+
+@numba.njit(cache=True)
+def _dtw_path(cost: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    n, m = cost.shape
+    total = np.full((n + 1, m + 1), np.inf)
+    came = np.zeros((n + 1, m + 1), dtype=np.int8)  # 0 diagonal, 1 from above, 2 from left
+    total[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            best, move = total[i - 1, j - 1], 0
+            if total[i - 1, j] < best:
+                best, move = total[i - 1, j], 1
+            if total[i, j - 1] < best:
+                best, move = total[i, j - 1], 2
+            total[i, j] = cost[i - 1, j - 1] + best
+            came[i, j] = move
+    path = np.zeros((n + m, 2), dtype=np.int64)
+    i, j, k = n, m, 0
+    while i > 0 and j > 0:
+        path[k, 0], path[k, 1] = i - 1, j - 1
+        k += 1
+        move = came[i, j]
+        if move == 0:
+            i, j = i - 1, j - 1
+        elif move == 1:
+            i -= 1
+        else:
+            j -= 1
+    return path[:k][::-1]
+
+
+def dtw(cost: np.ndarray) -> list[tuple[int, int]]:
+    """The monotonic path (token, state) from (0, 0) to the last token at the last state
+    with the least summed cost: each step moves to the next token, the next state or both."""
+    return [(int(t), int(s)) for t, s in _dtw_path(np.ascontiguousarray(cost))]
+
+
+def _int8(decoder: WhisperTextDecoder) -> WhisperTextDecoder:
+    """The decoder with its linear layers and output projection in int8 (per-row scales:
+    :class:`asr.whisper_encoder.Int8Linear`); attention, norms and embeddings stay float."""
+    import copy
+
+    copied = copy.deepcopy(decoder)
+    for layer in copied.layers:
+        for name in ("self_qkv", "self_out", "cross_q", "cross_kv", "cross_out", "fc1", "fc2"):
+            setattr(layer, name, Int8Linear.of(getattr(layer, name)))
+    copied.projection = Int8Linear(decoder.embed.weight, None)
+    return copied
