@@ -100,10 +100,10 @@ def line_for(stem: str, tables: dict[str, list[str]]) -> tuple[str, str]:
 def clips(speech: Path, game: Path, language: str) -> Iterator[Clip]:
     """Every ``.ALS`` file under ``speech`` with its line in ``language`` from the
     ``drascula.dat`` under ``game`` (the ``drascula`` package: ``drascula-spanish`` only links
-    to it)."""
+    to it, as it links a few clips to English ones it does not ship; those are skipped)."""
     dat = next(p for p in game.rglob("drascula.dat") if p.is_file())
     tables = text_tables(dat.read_bytes(), language)
-    for path in sorted(speech.rglob("*.[Aa][Ll][Ss]")):
+    for path in sorted(p for p in speech.rglob("*.[Aa][Ll][Ss]") if p.is_file()):
         prefix, line = line_for(path.stem, tables)
         text = " ".join(line.split())
         if language == "en":
