@@ -82,6 +82,27 @@ def test_distillation_brings_the_student_nearer_the_teacher(setup: Path) -> None
     assert not torch.equal(student.layers[0].qkv.weight, teacher.layers[0].qkv.weight)
 
 
+def test_unlabelled_audio_needs_no_text(
+    setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Distillation never reads the text: lines with an empty or absent text are all used."""
+    rows = [json.loads(line) for line in (setup / "train.jsonl").read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row["text"] = ""
+        if i % 2:
+            del row["text"]
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    _distill(
+        setup,
+        tmp_path / "out",
+        f"distill.train_manifests=[{unlabelled}]",
+        f"distill.cache_dir={tmp_path / 'cache'}",
+        "distill.max_steps=1",
+    )
+    assert f"teacher states (train): {len(rows)} utterances" in capsys.readouterr().out
+
+
 def test_resumed_run_ends_where_an_uninterrupted_one_does(setup: Path) -> None:
     _distill(setup, setup / "whole", "distill.max_steps=8")
     _distill(setup, setup / "split", "distill.max_steps=4")

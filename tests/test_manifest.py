@@ -160,3 +160,21 @@ def test_audio_info_reads_headers_only(tmp_path: Path) -> None:
     soundfile.write(tmp_path / "b.wav", np.zeros((800, 2), np.float32), 16000)
     info = audio_info(tmp_path / "b.wav")
     assert (info.frames, info.channels, info.duration) == (800, 2, 0.05)
+
+
+def test_text_can_be_optional_for_readers_that_ignore_it(tmp_path: Path) -> None:
+    """Unlabelled audio (for distillation) needs no placeholder text; training still asks for it."""
+    wav = tmp_path / "a.wav"
+    soundfile.write(wav, np.zeros(160, np.float32), 16000)
+    rows = [
+        {"id": "empty", "audio": "a.wav", "text": "", "duration": 0.01},
+        {"id": "absent", "audio": "a.wav", "duration": 0.01},
+        {"id": "number", "audio": "a.wav", "text": 3, "duration": 0.01},
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept, skipped = read_manifest(manifest, log=io.StringIO(), require_text=False)
+    assert [(e.id, e.text) for e in kept] == [("empty", ""), ("absent", "")]
+    assert [s.id for s in skipped] == ["number"] and "string" in skipped[0].reason
+    kept, skipped = read_manifest(manifest, log=io.StringIO())
+    assert kept == [] and [s.reason for s in skipped][:2] == ["empty text", "missing field(s) text"]

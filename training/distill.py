@@ -248,8 +248,13 @@ class Distiller:
                 f"teacher's {teacher.dims}"
             )
         cache = Path(self.cfg.cache_dir)
-        train = [e for m in self.cfg.train_manifests for e in read_manifest(Path(m))[0]]
-        valid = read_manifest(Path(self.cfg.valid_manifest))[0]
+        # the teacher's states are the targets: text is unused, so unlabelled audio is welcome
+        train = [
+            e
+            for m in self.cfg.train_manifests
+            for e in read_manifest(Path(m), require_text=False)[0]
+        ]
+        valid = read_manifest(Path(self.cfg.valid_manifest), require_text=False)[0]
         held_out = {e.audio for e in valid}
         train = [e for e in train if e.audio not in held_out]
         self.train = cache_teacher(train, teacher, self.whisper, cache, "teacher states (train)")

@@ -1,7 +1,8 @@
 """Manifests: JSON lines describing one utterance each, validated before any training work.
 
 A line is ``{"id", "audio", "text", "duration"[, "offset", "end"]}`` plus optional extra
-fields (``speaker``). Relative audio paths are resolved against the manifest's directory,
+fields (``speaker``). Readers that never look at the text (distillation) pass
+``require_text=False``: unlabelled audio then needs no placeholder text, empty or absent. Relative audio paths are resolved against the manifest's directory,
 so a corpus directory can be moved with its manifests. Bad lines are reported with their
 line number and id and skipped, so one broken file never stops a long training run.
 """
@@ -123,9 +124,13 @@ def audio_info(path: str | Path) -> AudioInfo:
 
 
 def read_manifest(
-    path: str | Path, check_audio: bool = True, log: TextIO | None = None
+    path: str | Path,
+    check_audio: bool = True,
+    log: TextIO | None = None,
+    require_text: bool = True,
 ) -> tuple[list[Entry], list[Skipped]]:
-    """Valid entries and the skipped lines; each skip and a final count go to ``log`` (stderr)."""
+    """Valid entries and the skipped lines; each skip and a final count go to ``log`` (stderr).
+    With ``require_text`` False an empty or absent text is kept (as ``""``)."""
     path = Path(path)
     log = log or sys.stderr
     base = path.parent
@@ -142,7 +147,7 @@ def read_manifest(
             else:
                 if row is _BLANK:
                     continue
-                problem = _problem(row, base, seen, infos if check_audio else None)
+                problem = _problem(row, base, seen, infos if check_audio else None, require_text)
             if isinstance(problem, str):
                 uid = row.get("id") if isinstance(row, dict) else None
                 uid = uid if isinstance(uid, str) else None
@@ -196,11 +201,15 @@ def write_manifest(path: str | Path, entries: Iterable[Entry]) -> int:
 
 
 def _problem(
-    row: Any, base: Path, seen: set[str], infos: dict[str, AudioInfo] | None
+    row: Any,
+    base: Path,
+    seen: set[str],
+    infos: dict[str, AudioInfo] | None,
+    require_text: bool = True,
 ) -> Entry | str:
     """The validated entry, or the reason to skip it (audio checked unless ``infos`` is None)."""
     try:
-        entry = _validate(row, base)
+        entry = _validate(row, base, require_text)
         if entry.id in seen:
             return "duplicate id"
         if infos is not None:
@@ -219,19 +228,21 @@ def _number(row: dict[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def _validate(row: Any, base: Path) -> Entry:
+def _validate(row: Any, base: Path, require_text: bool = True) -> Entry:
     """Field-level checks that need no file access."""
     if not isinstance(row, dict):
         raise ValueError(f"line is not a JSON object: {row!r}")
-    missing = [k for k in REQUIRED if k not in row]
+    missing = [k for k in REQUIRED if k not in row and (require_text or k != "text")]
     if missing:
         raise ValueError(f"missing field(s) {', '.join(missing)}")
-    uid, audio, text = row["id"], row["audio"], row["text"]
+    uid, audio, text = row["id"], row["audio"], row.get("text", "")
     if not isinstance(uid, str) or not uid.strip():
         raise ValueError("id must be a non-empty string")
     if not isinstance(audio, str) or not audio.strip():
         raise ValueError("audio must be a non-empty path")
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {text!r}")
+    if require_text and not text.strip():
         raise ValueError("empty text")
     duration = _number(row, "duration")
     offset, end = _number(row, "offset"), _number(row, "end")

@@ -31,7 +31,7 @@ _UNREADABLE = (OSError, zipfile.BadZipFile, EOFError, zlib.error)
 Part = tuple[Path, str | None]
 
 
-def _run(command: list[str], what: str, cwd: Path | None = None) -> str:
+def run_tool(command: list[str], what: str, cwd: Path | None = None) -> str:
     """The command's stdout; a RuntimeError naming ``what`` and the end of its output if it fails."""
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode:
@@ -45,7 +45,7 @@ def pip_download(requirements: Sequence[str], dest: Path, options: Sequence[str]
     dependencies (these are files to read, not to install; files already there are kept).
     ``options`` go to pip as they are, e.g. ``("--no-binary", ":all:")`` for an sdist."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", *options, "--dest", str(dest)]
-    _run([*command, *requirements], f"pip download {' '.join(requirements)}")
+    run_tool([*command, *requirements], f"pip download {' '.join(requirements)}")
 
 
 def npm_pack(spec: str, dest: Path) -> Path:
@@ -55,7 +55,7 @@ def npm_pack(spec: str, dest: Path) -> Path:
         raise RuntimeError(
             f"npm not found (it comes with Node.js: apt-get install -y npm): it fetches {spec}"
         )
-    out = _run([npm, "pack", spec, "--json"], f"npm pack {spec}", cwd=dest)
+    out = run_tool([npm, "pack", spec, "--json"], f"npm pack {spec}", cwd=dest)
     return dest / json.loads(out)[0]["filename"]
 
 
