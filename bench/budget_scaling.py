@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from training.recipes.publish_model import SPLITS, evaluate_run, training_facts  # noqa: E402
+from training.recipes.gather import SPLITS, evaluate_run, training_facts  # noqa: E402
 
 TARGETS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.20}  # issue #5
 
