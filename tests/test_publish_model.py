@@ -15,7 +15,7 @@ import soundfile
 from asr.config import Config
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, espeak, speech_files
 from tests.test_train import run_training, train_command
-from training.recipes import gather, publish_model, whisper_card, whisper_publish
+from training.recipes import gather, publish_model, results_table, whisper_card, whisper_publish
 from training.recipes.first_gen_card import status
 from training.recipes.gather import TITLES, corpus_facts
 from training.recipes.whisper_card import baseline_text, goal_status, hours_minutes, speed_section
@@ -436,6 +436,10 @@ def test_a_whisper_run_pair_is_published_and_cached(
     steps.write_text("corpus\t120\ndistillation\t3000\ncorpus\t60\n")
     out = tmp_path / "out"
     monkeypatch.setattr(gather, "SAMPLE_DIR", tmp_path / "heldout")
+    readme = tmp_path / "README.md"  # publishing to "the bundled model" rewrites its table
+    readme.write_text(f"{results_table.BEGIN}\n{results_table.END}\n")
+    monkeypatch.setattr(results_table, "README", readme)
+    monkeypatch.setattr(results_table, "METRICS", tmp_path / "out" / "metrics.json")
     argv = ["--run", str(run), "--baseline", str(baseline), "--data", str(data)]
     argv += ["--out", str(out), "--first-gen", str(first_gen), "--real", str(real)]
     argv += ["--steps", str(steps), "--sample", "1", "--no-rtf", "--no-load", "--no-word-latency"]
@@ -453,6 +457,10 @@ def test_a_whisper_run_pair_is_published_and_cached(
     assert publish_model.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
+    assert readme.read_text() == (
+        f"{results_table.BEGIN}\n{results_table.render(metrics)}\n{results_table.END}\n"
+    )
+    assert "(1 utterances): streaming pass | " in readme.read_text()
     fusion = metrics["monotonic"]["fusion"]
     columns = {
         "first_gen": metrics["first_gen"]["eval"],
