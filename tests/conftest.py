@@ -29,8 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_bench(name: str) -> types.ModuleType:
-    """bench/<name>.py as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    """bench/<name>.py as a module (the benchmarks are scripts, not a package); ``name`` may
+    name a subfolder, as ``experiments/student_drift`` does."""
+    module_name = "bench_" + name.replace("/", "_")
+    spec = importlib.util.spec_from_file_location(module_name, REPO / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

@@ -1,4 +1,4 @@
-"""bench/budget_scaling.py: real trainings at two budgets, their held-out WER, the fit, resuming."""
+"""bench/experiments/budget_scaling.py: real trainings at two budgets, their held-out WER, the fit, resuming."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_fit_solves_for_the_target() -> None:
-    bench = load_bench("budget_scaling")
+    bench = load_bench("experiments/budget_scaling")
     # 50% at 1 step, 40% at 2: -10 points per doubling reaches 10% at 2**4 steps.
     assert bench.needed_steps(*bench.log2_fit([(1, 0.5), (2, 0.4)]), 0.10) == pytest.approx(16.0)
     assert bench.needed_steps(*bench.log2_fit([(1, 0.5), (4, 0.5)]), 0.10) == math.inf
@@ -25,7 +25,7 @@ def test_fit_solves_for_the_target() -> None:
 def test_trains_each_budget_once_and_fits_the_held_out_wer(
     tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = load_bench("budget_scaling")
+    bench = load_bench("experiments/budget_scaling")
     data, out = tmp_path / "data", tmp_path / "scaling"
     data.mkdir()
     write_manifest(data / "train.jsonl", speech_dir, copies=3)

@@ -192,7 +192,7 @@ def test_bad_settings_fail_before_any_work(
 def test_precision_bench_runs_both_from_the_same_start(
     setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = load_bench("distill_precision")
+    bench = load_bench("experiments/distill_precision")
     figures = tmp_path / "figures.json"
     config = ["--config", str(setup / "config.yaml"), "--out", str(tmp_path / "runs")]
     assert bench.main([*config, "--steps", "3", "--json", str(figures)]) == 0

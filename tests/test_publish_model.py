@@ -15,19 +15,12 @@ import soundfile
 from asr.config import Config
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, espeak, speech_files
 from tests.test_train import run_training, train_command
-from training.recipes import publish_model, whisper_card
-from training.recipes.publish_model import corpus_facts, status
-from training.recipes.whisper_card import (
-    TITLES,
-    baseline_text,
-    discover_splits,
-    distill_command,
-    evaluate_goals,
-    goal_status,
-    hours_minutes,
-    read_steps,
-    speed_section,
-)
+from training.recipes import gather, publish_model, results_table, whisper_card, whisper_publish
+from training.recipes.first_gen_card import status
+from training.recipes.gather import TITLES, corpus_facts
+from training.recipes.whisper_card import baseline_text, goal_status, hours_minutes, speed_section
+from training.recipes.whisper_goals import evaluate_goals
+from training.recipes.whisper_publish import discover_splits, distill_command, read_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,10 +87,10 @@ def test_corpus_facts_of_merged_training_and_dev_manifests(tmp_path: Path) -> No
     run = tmp_path / "run"
     run.mkdir()
     corpus = (tmp_path / "train.jsonl", tmp_path / "dev.jsonl")
-    assert publish_model.run_manifests(run, tmp_path) == corpus  # no config
+    assert gather.run_manifests(run, tmp_path) == corpus  # no config
     settings = [f"train.train_manifest={merged}", f"train.valid_manifest={dev}"]
     Config.load(REPO / "training/configs/whisper.yaml", settings).save(run / "config.json")
-    assert publish_model.run_manifests(run, tmp_path) == (merged, dev)
+    assert gather.run_manifests(run, tmp_path) == (merged, dev)
 
     facts = corpus_facts(tmp_path, data_arg="data/live", manifests=(merged, dev))
     assert (facts["train_utterances"], facts["train_hours"]) == (2, 1.0)
@@ -147,7 +140,7 @@ def test_status_says_whether_targets_are_reached() -> None:
     assert "lowest at epoch 2 and then rose" in status(bad, {**training, "history": rose})
 
 
-# -- the second-generation card (training/recipes/whisper_card.py) -------------------------
+# -- the second-generation card (whisper_publish, whisper_goals, whisper_card) ---------------
 def test_steps_add_up_over_resumes(tmp_path: Path) -> None:
     steps = tmp_path / "steps.tsv"
     steps.write_text("corpus\t3000\ndistillation\t1800\n\ncorpus\t660\ntraining\t7200\n")
@@ -350,6 +343,19 @@ def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> No
     assert f"50 streams need {50 * batched['rtf']:.2f} cores" in card
 
 
+def test_the_bundled_card_is_rendered_again_from_its_metrics(tmp_path: Path) -> None:
+    """The card is a rendering of metrics.json alone: the committed one comes back byte for
+    byte, so its figures have one source."""
+    metrics = json.loads((REPO / "models" / "default" / "metrics.json").read_text())
+    whisper_card.write_card(tmp_path, metrics)
+    assert (tmp_path / "README.md").read_bytes() == (REPO / "models/default/README.md").read_bytes()
+    metrics["load"] = None
+    whisper_card.write_card(tmp_path, metrics)
+    assert (
+        "- 50 clients on one server (`python bench/load.py" in (tmp_path / "README.md").read_text()
+    )
+
+
 # -- one tiny run pair published end to end ------------------------------------------------
 def manifest_rows(files: list[tuple[Path, str]], prefix: str = "") -> list[dict]:
     return [
@@ -429,7 +435,11 @@ def test_a_whisper_run_pair_is_published_and_cached(
     steps = tmp_path / "steps.tsv"
     steps.write_text("corpus\t120\ndistillation\t3000\ncorpus\t60\n")
     out = tmp_path / "out"
-    monkeypatch.setattr(publish_model, "SAMPLE_DIR", tmp_path / "heldout")
+    monkeypatch.setattr(gather, "SAMPLE_DIR", tmp_path / "heldout")
+    readme = tmp_path / "README.md"  # publishing to "the bundled model" rewrites its table
+    readme.write_text(f"{results_table.BEGIN}\n{results_table.END}\n")
+    monkeypatch.setattr(results_table, "README", readme)
+    monkeypatch.setattr(results_table, "METRICS", tmp_path / "out" / "metrics.json")
     argv = ["--run", str(run), "--baseline", str(baseline), "--data", str(data)]
     argv += ["--out", str(out), "--first-gen", str(first_gen), "--real", str(real)]
     argv += ["--steps", str(steps), "--sample", "1", "--no-rtf", "--no-load", "--no-word-latency"]
@@ -447,6 +457,10 @@ def test_a_whisper_run_pair_is_published_and_cached(
     assert publish_model.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
+    assert readme.read_text() == (
+        f"{results_table.BEGIN}\n{results_table.render(metrics)}\n{results_table.END}\n"
+    )
+    assert "(1 utterances): streaming pass | " in readme.read_text()
     fusion = metrics["monotonic"]["fusion"]
     columns = {
         "first_gen": metrics["first_gen"]["eval"],
@@ -477,17 +491,17 @@ def test_a_whisper_run_pair_is_published_and_cached(
     assert "| real human speech" not in card.split("times in training")[1].split("\n\n")[0]
     # the bundle serves its LM: greedy partials, finals with the beam and the weight best on dev
     dev = fusion["dev"]
-    assert list(dev) == [f"{w:g}" for w in whisper_card.LM_WEIGHTS]
+    assert list(dev) == [f"{w:g}" for w in whisper_publish.LM_WEIGHTS]
     assert fusion["weight"] == float(min(dev, key=lambda w: dev[w]))
     served = Config.load(out / "config.json").decode
-    assert (served.greedy_partials, served.beam_size) == (True, whisper_card.LM_BEAM)
+    assert (served.greedy_partials, served.beam_size) == (True, gather.LM_BEAM)
     assert served.lm_weight == fusion["weight"] and (out / "lm.npz").is_file()
     assert f"added at weight {fusion['weight']:g}" in card
     # and joint CTC scoring, with which every column but the first generation's decodes
     assert served.ctc_weight == whisper_card.CTC_WEIGHT == metrics["monotonic"]["ctc_weight"] > 0
     assert "scoring (the CTC head trained with the decoder ranks" in card
     # the columns are the evaluations cached in the run directories, by what they decoded
-    joint = publish_model.ctc_tag(whisper_card.CTC_WEIGHT)
+    joint = gather.ctc_tag(whisper_card.CTC_WEIGHT)
     cached = json.loads((run / f"eval_{joint}two_pass_test_short" / "summary.json").read_text())
     assert cached == columns["two_pass"]["test_short"]
     assert json.loads((run / "eval_first_gen_test_seen_voices" / "summary.json").read_text())[
@@ -520,7 +534,7 @@ def test_a_whisper_run_pair_is_published_and_cached(
 
     # a rerun measures nothing again
     made = {p: p.stat().st_mtime_ns for r in (run, baseline) for p in r.glob("eval_*/summary.json")}
-    assert len(made) == 4 * 4 + len(whisper_card.LM_WEIGHTS) + 2 * 4  # and the LM's
+    assert len(made) == 4 * 4 + len(whisper_publish.LM_WEIGHTS) + 2 * 4  # and the LM's
     capsys.readouterr()
     assert publish_model.main(argv) == 0
     assert "evaluating" not in capsys.readouterr().out

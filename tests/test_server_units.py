@@ -134,12 +134,13 @@ def test_restart_delay_doubles_up_to_its_cap():
     assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
 
 
-def readme_close_table() -> dict[int, set[str]]:
-    """The README's "Errors and close codes" table: close code -> the error codes in its row
-    (an error code is a backquoted name; other backquoted words there are message types)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    lines = text[text.index("Errors and close codes") :].splitlines()[1:]
-    rows = [line for line in lines[: lines.index("", 2)] if re.match(r"\| \d{4} \|", line)]
+def protocol_close_table() -> dict[int, set[str]]:
+    """The "Errors and close codes" table of docs/protocol.md: close code -> the error codes
+    in its row (an error code is a backquoted name; other backquoted words there are message
+    types)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "protocol.md").read_text()
+    section = text[text.index("## Errors and close codes") :].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if re.match(r"\| \d{4} \|", line)]
     names = {code.value for code in ErrorCode}
     table = {}
     for row in rows:
@@ -148,10 +149,10 @@ def readme_close_table() -> dict[int, set[str]]:
     return table
 
 
-def test_readme_and_schemas_list_every_error_code_with_its_close_code():
-    """Every typed error of the protocol is in the README's table, on its close code's row,
+def test_protocol_doc_and_schemas_list_every_error_code_with_its_close_code():
+    """Every typed error of the protocol is in the protocol's table, on its close code's row,
     and every close code the server uses has a row; /v1/schemas serves the same mapping."""
-    table = readme_close_table()
+    table = protocol_close_table()
     used = {v for k, v in vars(CloseCode).items() if k.isupper()}
     assert set(table) == used
     listed = {(name, close) for close, names in table.items() for name in names}

@@ -1,6 +1,7 @@
-"""bench/student_drift.py on long clips joined from the shipped held-out sentences: the
-bundled student, distilled from the teacher, starts far closer to the teacher's states than
-the teacher's own weights under the streaming mask (never distilled) do."""
+"""bench/experiments/student_drift.py on long clips joined from the shipped held-out
+sentences: the bundled student, distilled from the teacher, starts far closer to the
+teacher's states than the teacher's own weights under the streaming mask (never distilled)
+do."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from tests.conftest import REPO, load_bench
 from training.join_utterances import main as join
 
-student_drift = load_bench("student_drift")
+student_drift = load_bench("experiments/student_drift")
 HELDOUT = REPO / "tests" / "data" / "heldout" / "test_unseen_voices.jsonl"
 
 

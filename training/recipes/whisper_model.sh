@@ -88,7 +88,7 @@ everyday() {  # 3 hours, then 2 more of sentences neither the corpus nor the fir
 }
 
 long_clips() {  # 12-28 s of one voice reading on: a student distilled on a few seconds at a
-  # time drifts from the teacher once a stream runs longer (bench/student_drift.py)
+  # time drifts from the teacher once a stream runs longer (bench/experiments/student_drift.py)
   python -m training.join_utterances --manifest "$DATA/train.jsonl" --out "$DATA/train_long.jsonl"
   python -m training.join_utterances --manifest "$DATA/dev.jsonl" --out "$DATA/dev_long.jsonl" \
     --any-voice

@@ -15,7 +15,7 @@ greedy decoding emits anything (WER 100%), which would steepen the line. Gains p
 doubling shrink as a model nears what it can learn, so even that slope is the optimistic
 reading: the compute it prints is a lower bound for this model and data.
 
-    python bench/budget_scaling.py --data data/synth --out exp/scaling --minutes 19 38 \\
+    python bench/experiments/budget_scaling.py --data data/synth --out exp/scaling --minutes 19 38 \\
         --known models/first-gen --set train.seed=1 train.tokenizer=models/first-gen/tokenizer.model
 
 --known BUNDLE adds a published bundle (its metrics.json gives its steps; the shipped one
@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from training.recipes.publish_model import SPLITS, evaluate_run, training_facts  # noqa: E402
+from training.recipes.gather import SPLITS, evaluate_run, training_facts  # noqa: E402
 
 TARGETS = {"test_seen_voices": 0.10, "test_unseen_voices": 0.20}  # issue #5
 

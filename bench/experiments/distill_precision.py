@@ -7,7 +7,7 @@ validation never runs under autocast). It prints the median wall time of a step 
 step timed around ``Distiller._step``), the held-out relative squared error before and
 after, and the ratio of the step times.
 
-    python bench/distill_precision.py --steps 40 distill.init=models/default/whisper_encoder.safetensors \\
+    python bench/experiments/distill_precision.py --steps 40 distill.init=models/default/whisper_encoder.safetensors \\
         "distill.train_manifests=[data/live/train_long.jsonl]" distill.valid_manifest=data/live/dev_long.jsonl \\
         distill.warmup_steps=5
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from asr.config import Config  # noqa: E402

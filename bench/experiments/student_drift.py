@@ -11,7 +11,7 @@ the relative squared error ``sum |student - teacher|^2 / sum |teacher|^2`` is pr
 
     python -m training.join_utterances --manifest data/live/test_unseen_voices.jsonl \\
         --out data/live-long/test_unseen_voices.jsonl
-    python bench/student_drift.py --model models/default exp/new-bundle \\
+    python bench/experiments/student_drift.py --model models/default exp/new-bundle \\
         --manifest data/live-long/test_unseen_voices.jsonl
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402

@@ -1,0 +1,60 @@
+"""The README's results table is the bundled model's metrics.json, the file its model card is
+rendered from: one source for every figure of both."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from training.recipes import results_table
+from training.recipes.results_table import BEGIN, END, render
+
+REPO = Path(__file__).resolve().parents[1]
+METRICS = json.loads((REPO / "models" / "default" / "metrics.json").read_text())
+
+
+def readme_table(text: str) -> str:
+    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip()
+
+
+def test_the_readme_table_equals_the_bundled_models_metrics() -> None:
+    table = readme_table((REPO / "README.md").read_text())
+    assert table == render(METRICS)
+    streaming = METRICS["monotonic"]["eval"]["test_short"]["wer"]["rate"]
+    served = METRICS["monotonic"]["fusion"]["eval"]["real"]["wer"]["rate"]
+    assert f"| {100 * streaming:.2f}% | `asr eval --model models/default" in table
+    assert f"| {100 * served:.2f}% | `python bench/real_speech.py" in table
+    assert f"| {METRICS['rtf']['rtf']:.3f} | `python bench/streaming.py" in table
+    assert f"| {METRICS['megabytes']:.1f} MB |" in table
+    assert len(table.splitlines()) == 2 + len(results_table.ROWS)  # every row has its key
+
+
+def test_a_key_metrics_json_lacks_leaves_its_row_out() -> None:
+    metrics = copy.deepcopy(METRICS)
+    metrics["load"] = None
+    del metrics["monotonic"]["fusion"]["eval_two_pass"]
+    metrics["monotonic"]["eval"].pop("real")
+    lines = render(metrics).splitlines()
+    assert not any("bench/load.py" in line or "--two-pass" in line for line in lines)
+    assert sum(": streaming pass |" in line for line in lines) == 3  # the synthetic splits
+    assert len(lines) == len(render(METRICS).splitlines()) - 3
+
+
+def test_check_reports_a_stale_table_and_a_run_without_it_rewrites_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = tmp_path / "README.md"
+    stale = f"# title\n\n{BEGIN}\n| old |\n{END}\n\nafter\n"
+    readme.write_text(stale)
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps(METRICS))
+    argv = ["--readme", str(readme), "--metrics", str(metrics)]
+    assert results_table.main([*argv, "--check"]) == 1
+    assert "the results table differs" in capsys.readouterr().err
+    assert readme.read_text() == stale
+    assert results_table.main(argv) == 0
+    assert readme.read_text() == f"# title\n\n{BEGIN}\n{render(METRICS)}\n{END}\n\nafter\n"
+    assert results_table.main([*argv, "--check"]) == 0

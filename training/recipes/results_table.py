@@ -1,0 +1,185 @@
+"""The README's results table, rendered from the bundled model's metrics.json, the file its
+model card is rendered from, so the two cannot drift apart.
+
+Each row is one key of metrics.json with the command that measures it; a key the file
+lacks (a benchmark skipped, a column not yet published) leaves its row out. A new kind of
+figure becomes a row by adding its key here once publish_model records it.
+
+    python -m training.recipes.results_table           # rewrite the table in README.md
+    python -m training.recipes.results_table --check   # exit 1 if README.md's table is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+METRICS = REPO / "models" / "default" / "metrics.json"
+README = REPO / "README.md"
+BEGIN = "<!-- results: `python -m training.recipes.results_table` writes this table -->"
+END = "<!-- end of results -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the table: ``label`` and ``command`` are formatted with the value at ``key``
+    (when it is an object) and ``out`` (the bundle's directory); ``figure`` renders it."""
+
+    label: str
+    key: tuple[str, ...]
+    figure: Callable[[Any], str]
+    command: str
+
+
+def wer(summary: dict[str, Any]) -> str:
+    return f"{100 * summary['wer']['rate']:.2f}%"
+
+
+def greedy_word_latency(result: list[dict[str, Any]]) -> str:
+    """p95 of the streaming pass: the greedy search the partials come from."""
+    row = next(m for m in result if m.get("greedy"))
+    return f"{row['latency_ms']['p95']:.0f} ms"
+
+
+def load_latency(paced: dict[str, Any]) -> str:
+    final, first = paced["final_latency"], paced["first_result"]
+    return f"{final['p95_ms']:.0f} / {first['p95_ms']:.0f} ms, {paced['errors']} errors"
+
+
+SYNTHETIC = {
+    "test_seen_voices": "unseen sentences by seen voices",
+    "test_unseen_voices": "unseen voices",
+    "test_short": "short utterances (1-3 words, digits, letters)",
+}
+GREEDY = "--beam 1 --lm-weight 0"
+REAL_SPEECH = "python bench/real_speech.py --model {out} --no-whisper"
+REAL_LABEL = "WER, real speech ({utterances} recordings, {wer[reference_length]} words)"
+
+ROWS: tuple[Row, ...] = (
+    *(
+        row
+        for split, what in SYNTHETIC.items()
+        for row in (
+            Row(
+                f"WER, synthetic speech, {what} ({{utterances}} utterances): streaming pass",
+                ("monotonic", "eval", split),
+                wer,
+                f"asr eval --model {{out}} --manifest {{manifest}} {GREEDY}",
+            ),
+            Row(
+                f"WER, synthetic speech, {what}: as served",
+                ("monotonic", "fusion", "eval", split),
+                wer,
+                "asr eval --model {out} --manifest {manifest}",
+            ),
+        )
+    ),
+    Row(
+        f"{REAL_LABEL}: streaming pass",
+        ("monotonic", "eval", "real"),
+        wer,
+        f"{REAL_SPEECH} {GREEDY}",
+    ),
+    Row(f"{REAL_LABEL}: as served", ("monotonic", "fusion", "eval", "real"), wer, REAL_SPEECH),
+    Row(
+        f"{REAL_LABEL}: two-pass finals, as served",
+        ("monotonic", "fusion", "eval_two_pass", "real"),
+        wer,
+        f"{REAL_SPEECH} --two-pass",
+    ),
+    Row(
+        "real-time factor, one stream on one thread",
+        ("rtf", "rtf"),
+        "{:.3f}".format,
+        "python bench/streaming.py --model {out}",
+    ),
+    Row(
+        "capacity: real-time streams per core ({sessions} sessions stepped together)",
+        ("rtf", "batched"),
+        lambda batched: f"{1 / batched['rtf']:.1f}",
+        "python bench/streaming.py --model {out}",
+    ),
+    Row(
+        "p95 latency of the final after stop / of the first result"
+        " ({final_latency[n]} clients at real-time pace)",
+        ("load", "paced"),
+        load_latency,
+        "python bench/load.py --model {out} --clients 50",
+    ),
+    Row(
+        "word latency p95, from the word's end to its display (streaming pass)",
+        ("word_latency", "models"),
+        greedy_word_latency,
+        "python bench/word_latency.py --model {out}:greedy"
+        " --manifest data/live/test_seen_voices.jsonl --limit 200",
+    ),
+    Row(
+        "size on disk",
+        ("megabytes",),
+        "{:.1f} MB".format,
+        "du -bc {out}/{{cmvn.json,config.json,lm.npz,model.safetensors,tokenizer.model,"
+        "whisper_encoder.safetensors,whisper_teacher.safetensors}}",
+    ),
+)
+
+
+def lookup(metrics: dict[str, Any], key: tuple[str, ...]) -> Any:
+    """The value at ``key``, or None where metrics.json lacks it (or holds null)."""
+    value: Any = metrics
+    for part in key:
+        if not isinstance(value, dict) or value.get(part) is None:
+            return None
+        value = value[part]
+    return value
+
+
+def render(metrics: dict[str, Any]) -> str:
+    """The table, one line per row whose key metrics.json holds."""
+    lines = ["| result | figure | command |", "|---|---|---|"]
+    for row in ROWS:
+        value = lookup(metrics, row.key)
+        if value is None:
+            continue
+        fields = {**(value if isinstance(value, dict) else {}), "out": metrics["out"]}
+        label, command = row.label.format_map(fields), row.command.format_map(fields)
+        lines.append(f"| {label} | {row.figure(value)} | `{command}` |")
+    return "\n".join(lines)
+
+
+def replace_table(readme: str, table: str) -> str:
+    """``readme`` with the text between its BEGIN and END markers made ``table``."""
+    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
+    return f"{readme[:start]}\n{table}\n{readme[end:]}"
+
+
+def rendered_readme(readme: Path, metrics: Path) -> tuple[str, str]:
+    """``readme``'s text as it is, and as it is with the table rendered from ``metrics``."""
+    text = readme.read_text()
+    return text, replace_table(text, render(json.loads(metrics.read_text())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--metrics", type=Path, default=METRICS)
+    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 if the table is stale"
+    )
+    args = parser.parse_args(argv)
+    text, updated = rendered_readme(args.readme, args.metrics)
+    if not args.check:
+        args.readme.write_text(updated)
+    elif updated != text:
+        print(f"{args.readme}: the results table differs from {args.metrics}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
