@@ -89,13 +89,14 @@ def _timestamp(seconds: float, decimal: str) -> str:
 
 def _word_times(segment: FinalSegment) -> list[float]:
     """When each word of the segment's text was emitted (its last piece's time). In
-    sentencepiece pieces "▁" is a space, and a word ends with the piece of its last letter
-    (a bare "▁" piece is no word); pieces of other tokenizers (phones, characters) are words
-    of their own. Where the pieces do not spell the text (no times sent), each word's time
-    is placed through the segment by the characters before it."""
+    sentencepiece pieces "▁" is a space, as a leading space is in Whisper's byte-level
+    pieces, and a word ends with the piece of its last letter (a bare "▁" piece is no word);
+    pieces of other tokenizers (phones, characters) are words of their own. Where the pieces
+    do not spell the text (no times sent), each word's time is placed through the segment by
+    the characters before it."""
     pieces, words = segment.tokens, segment.text.split()
     if len(segment.token_times) == len(pieces) and pieces:
-        if any("▁" in p for p in pieces):
+        if any("▁" in p or " " in p for p in pieces):
             owner = [i for i, p in enumerate(pieces) for _ in p]  # each character's piece
             spelled = "".join(pieces).replace("▁", " ")
             last = [owner[m.end() - 1] for m in re.finditer(r"\S+", spelled)]

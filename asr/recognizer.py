@@ -158,11 +158,12 @@ class Recognizer:
         samples: np.ndarray,
         sample_rate: int,
         progress: Callable[[float], None] | None = None,
+        two_pass: bool | None = None,
     ) -> list[Event]:
         """The final segments of the whole signal (those with text). It is fed to the session in pieces of
         ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the memory a long
-        file needs and lets ``progress`` hear the seconds of audio done after each piece."""
-        session = self.stream(sample_rate)
+        file needs and lets ``progress`` hear the seconds of audio done after each piece. ``two_pass``: as in :meth:`stream`."""
+        session = self.stream(sample_rate, two_pass)
         events: list[Event] = []
         done = 0
         for piece in offline_pieces(samples, sample_rate):

@@ -65,9 +65,10 @@ class FinalText:
 
 @dataclass
 class _Hypothesis:
-    """A hypothesis of one segment: its text tokens, their summed log-probability, and for
-    each token read so far the alignment heads' scores [heads, S] of the query reading it
-    (collected as the search goes, so token times need no second pass)."""
+    """A hypothesis of one segment: its text tokens, their summed log-probability, and the
+    alignment heads' scores [heads, S] of each query that predicted a token (the last
+    prompt token's, then each token's own), collected as the search goes, so token times
+    need no second pass."""
 
     tokens: list[int]
     logprob: float = 0.0
@@ -165,10 +166,11 @@ class WhisperFinals:
         beam = options.beam_size
         heads = self.rules.alignment_heads
         prompt = torch.tensor([self.vocabulary.prompt] * count)
-        logprobs, cache, _ = self.decoder.step(prompt, cache)
+        logprobs, cache, scores = self.decoder.step(prompt, cache, scores_of=heads)
+        assert scores is not None
         no_speech = logprobs[:, 0, self.vocabulary.no_speech].exp().tolist()
         last = logprobs[:, -1]
-        alive = [[_Hypothesis([])] for _ in range(count)]  # per segment
+        alive = [[_Hypothesis([], 0.0, [row])] for row in scores[:, :, -1]]  # per segment
         done: list[list[_Hypothesis]] = [[] for _ in range(count)]
         for step in range(options.max_tokens):
             last = last.masked_fill(self._suppress_begin if step == 0 else self._suppress, -1e9)
@@ -228,7 +230,7 @@ class WhisperFinals:
             tokens = [*hyps[parent].tokens, token]
             start = loop_start(tokens)
             if start is not None:  # a loop: keep the text before its repeats, and end it
-                done.append(_Hypothesis(tokens[:start], logprob, read[:start]))
+                done.append(_Hypothesis(tokens[:start], logprob, read[: start + 1]))
                 continue
             chosen.append((_Hypothesis(tokens, logprob, list(read)), parent))
         if len(done) >= beam:
@@ -275,18 +277,20 @@ def whisper_floor(mel: Tensor) -> Tensor:
 
 def token_ends(scores: Tensor) -> list[int]:
     """Each token's end, in states from the segment's start, from the alignment heads'
-    scores [heads, tokens, states] of the query reading each token (as Whisper reads them):
-    their attention over the segment's states, normalised per state across tokens and
-    smoothed along time as Whisper does, then the monotonic path through it (:func:`dtw`)
-    that collects the most attention; a token ends at the last state it holds there."""
+    scores [heads, tokens + 1, states] of the queries that predicted each token and then the
+    end (as Whisper aligns words): their attention over the segment's states, normalised
+    per state across queries and smoothed along time as Whisper does, then the monotonic
+    path through it (:func:`dtw`) that collects the most attention. A token ends where the
+    next query's stretch of that path begins (the last token: where the end's begins)."""
     weights = scores.softmax(-1)
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, correction=0)
     weights = (weights - mean) / std.clamp(min=1e-8)
     weights = median_filter(weights, MEDIAN_WIDTH).mean(0)
-    ends = [0] * scores.shape[1]
-    for token, state in dtw(-weights.double().numpy()):
-        ends[token] = state + 1
-    return ends
+    starts = [-1] * scores.shape[1]
+    for query, state in dtw(-weights.double().numpy()):
+        if starts[query] < 0:
+            starts[query] = state
+    return [max(start, 1) for start in starts[1:]]
 
 
 def compression_ratio(text: str) -> float:

@@ -61,8 +61,8 @@ class Recording:
 
         lane.open, lane.worker.accept = recorded_open, recorded_accept
 
-    def segments(self, samples: np.ndarray, sample_rate: int) -> list:
-        return self.lane.recognizer.transcribe_segments(samples, sample_rate)
+    def segments(self, samples: np.ndarray, sample_rate: int, two_pass: bool = False) -> list:
+        return self.lane.recognizer.transcribe_segments(samples, sample_rate, two_pass=two_pass)
 
 
 class DevTools:
@@ -92,9 +92,11 @@ class DevTools:
         return result["result"].get("value")
 
     async def click(self, selector: str) -> None:
-        """A trusted mouse click (a user gesture, as audio capture needs)."""
+        """A trusted mouse click (a user gesture, as audio capture needs), on the element
+        scrolled into the window first (a click outside it reaches nothing)."""
         box = await self.eval(
-            f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();"
+            f"(() => {{ const e = document.querySelector({selector!r});"
+            " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
             " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
@@ -251,7 +253,9 @@ def aligned_snr(received: np.ndarray, reference: np.ndarray) -> tuple[float, int
     return float(snr), len(energies)
 
 
-def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> list:
+def check_received(
+    server: LiveServer, audio: np.ndarray, page_text: str, two_pass: bool = False
+) -> list:
     """The page's transcript is the server's transcript of the audio it got, and that audio
     is the file, properly low-passed and resampled (aliasing of the 12 kHz tone would
     bring the SNR below 0 dB; a good capture path gives 40 to 75 dB). Returns the final
@@ -267,7 +271,7 @@ def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> lis
         "most of the file must have been captured"
     )
     assert snr > 30, f"received audio differs from the resampled file: SNR {snr:.1f} dB"
-    segments = recognizer.segments(received, rate)
+    segments = recognizer.segments(received, rate, two_pass)
     assert plain_text(segments), "the test model should say something"
     assert " ".join(page_text.split()) == plain_text(segments)
     return segments
@@ -335,8 +339,11 @@ def test_page_streams_microphone(server, audio, tmp_path, send):
     assert min(level for level, _ in levels) < peak_db - 10, levels
 
 
-def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_path):
-    """Stream a picked file; then copy the transcript and download it as text and SRT."""
+@pytest.mark.parametrize("finals", ["one-pass", "two-pass"])
+def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_path, finals):
+    """Stream a picked file with the finals chosen on the page (the streaming pass's, or
+    Whisper's decoder's: cased and punctuated); then copy the transcript and download it as
+    text and SRT."""
     wav = write_wav(tmp_path / "file.wav", audio, RATE)
     downloads = tmp_path / "downloads"
 
@@ -356,6 +363,9 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
             await tools.wait_for(LOADED, 30)
             for button in ("copy", "download-txt", "download-srt"):
                 assert await tools.eval(f"document.getElementById('{button}').disabled")
+            two_pass = "document.querySelector('#finals-mode option[value=two-pass]')"
+            await tools.wait_for(f"!{two_pass}.disabled", 10)  # the bundle offers them
+            await tools.eval(f"document.getElementById('finals-mode').value = '{finals}'")
             await tools.call("DOM.getDocument")
             found = await tools.call(
                 "Runtime.evaluate", expression="document.getElementById('file')"
@@ -364,8 +374,10 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
                 "DOM.setFileInputFiles", files=[str(wav)], objectId=found["result"]["objectId"]
             )
             await tools.click("#send-file")
+            mode = "Whisper (two-pass)" if finals == "two-pass" else "streaming (one-pass)"
+            await tools.wait_for(f"{STATE}.endsWith('{mode} finals')", 30)
             await tools.wait_for(f"{STATE} === 'closed (1000)'", 60)
-            finals = await tools.eval("document.getElementById('finals').textContent")
+            shown = await tools.eval("document.getElementById('finals').textContent")
             await tools.click("#copy")
             await tools.wait_for("document.getElementById('copied').textContent === 'copied'", 10)
             copied = await tools.eval("navigator.clipboard.readText()")
@@ -378,10 +390,12 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
                     await asyncio.sleep(0.1)
                 saved[fmt] = path.read_text(encoding="utf-8")
             assert await tools.eval("document.getElementById('error').hidden"), tools.console
-            return finals, copied, saved
+            return shown, copied, saved
 
-    finals, copied, saved = open_page(server, tmp_path, wav, drive)
-    segments = check_received(server, audio, finals)
+    text, copied, saved = open_page(server, tmp_path, wav, drive)
+    segments = check_received(server, audio, text, finals == "two-pass")
+    if finals == "two-pass":  # Whisper's: a capital and an end mark
+        assert text[0].isupper() and text.rstrip()[-1] in ".?!", text
     assert copied == plain_text(segments)
     assert saved["txt"] == plain_text(segments) + "\n"
     assert saved["srt"] == srt(segments)
