@@ -87,7 +87,7 @@ def _timestamp(seconds: float, decimal: str) -> str:
     return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{decimal}{ms % 1000:03d}"
 
 
-def _word_times(segment: FinalSegment) -> list[float]:
+def word_times(segment: FinalSegment) -> list[float]:
     """When each word of the segment's text was emitted (its last piece's time). In
     sentencepiece pieces "▁" is a space, as a leading space is in Whisper's byte-level
     pieces, and a word ends with the piece of its last letter (a bare "▁" piece is no word);
@@ -119,7 +119,7 @@ def _cues(segments: Sequence[FinalSegment]) -> list[tuple[float, float, str]]:
     cues = []
     for segment in segments:
         words = segment.text.split()
-        times = _word_times(segment)
+        times = word_times(segment)
         start, line = segment.start, []
         for i, word in enumerate(words):
             line.append(word)

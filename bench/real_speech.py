@@ -31,6 +31,8 @@ faster-whisper (a dev dependency) from the CTranslate2 files that the Whisper wh
     python bench/real_speech.py --model models/default exp/run/best_bundle --no-whisper
     python bench/real_speech.py --sets mfa-phrases --out /tmp/real.jsonl   # per-utterance rows
     python bench/real_speech.py --list
+    python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0     # one- and two-pass
+    python bench/real_speech.py --compare-finals --manifest data/live/test_seen_voices.jsonl
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from asr.recognizer import add_search_arguments  # noqa: E402
 from asr.scoring import ErrorCounts, wer  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
-from training.manifest import Entry, write_manifest  # noqa: E402
+from training.manifest import Entry, read_manifest, write_manifest  # noqa: E402
 from training.packages import check_sha256, npm_pack, pip_download  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
 from training.whisper_import import fetch_model_file  # noqa: E402
@@ -476,6 +478,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per model (default: 1)")
     parser.add_argument("--list", action="store_true", help="list the sets and their packages")
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        nargs="+",
+        help="score these manifests (e.g. the synthetic held-out splits) instead of the "
+        "packages' sets, each a set named by its file",
+    )
+    parser.add_argument(
+        "--compare-finals",
+        action="store_true",
+        help="score each model twice: one-pass finals and two-pass finals (Whisper's decoder "
+        "where the bundle carries it)",
+    )
     add_search_arguments(parser)
     args = parser.parse_args(argv)
 
@@ -515,7 +530,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     try:
-        sets = load_sets(names, args.cache)
+        if args.manifest:
+            sets = {path.stem: read_manifest(path)[0] for path in args.manifest}
+        else:
+            sets = load_sets(names, args.cache)
         everything = [e for entries in sets.values() for e in entries]
         if args.manifests:
             for name, entries in [*sets.items(), ("all", everything)]:
@@ -523,13 +541,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.manifests / name}.jsonl: {count} utterances")
             return 0
         results: dict[str, list[str]] = {}
+        modes: list[bool | None] = [False, True] if args.compare_finals else [None]
         for path in [ROOT / "models" / "default"] if args.model is None else args.model:
             recognizer = load_model(path)
             recognizer.set_search_arguments(args)
-            started = time.monotonic()
-            _, records = evaluate(recognizer, everything)
-            print(f"{path}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-            results[label(path)] = [score_text(r["hyp"]) for r in records]
+            for two_pass in modes:
+                if two_pass is not None:
+                    recognizer.set_search(two_pass=two_pass)
+                started = time.monotonic()
+                _, records = evaluate(recognizer, everything)
+                name = label(path) + {None: "", False: " one-pass", True: " two-pass"}[two_pass]
+                print(f"{name}: {time.monotonic() - started:.0f} s", file=sys.stderr)
+                results[name] = [score_text(r["hyp"]) for r in records]
         if whisper:
             model_dir = whisper_ct2_dir(args.cache, args.wheels)
             started = time.monotonic()

