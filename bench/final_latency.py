@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=float, nargs="+", default=[2, 5, 10, 20])
     parser.add_argument("--clips", type=int, default=10, help="clips per length")
     parser.add_argument("--modes", nargs="+", choices=["one-pass", "two-pass"])
-    parser.add_argument("--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)")
+    parser.add_argument(
+        "--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)"
+    )
     parser.add_argument("--int8", action="store_true", help="Whisper's decoder in int8")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
