@@ -9,20 +9,19 @@ file at once is therefore offline decoding: the two give the same transcript.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from asr.audio import HopLoudness, StreamResampler, check_sample_rate, check_samples
-from asr.config import Config, DecodeConfig, WhisperFinalsConfig
+from asr.config import Config, DecodeConfig
 from asr.decoding import Segment, SegmentSearch, search_states
 from asr.events import Event
+from asr.final_pass import FinalsInBackground, PendingFinal, write_finals
 from asr.frontend import Frontend, PauseRestart, frames_of_each
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
@@ -64,23 +63,10 @@ def _native_lstm() -> Iterator[None]:
             torch.backends.mkldnn.enabled = previous
 
 
-@dataclass
-class PendingFinal:
-    """A closed segment whose final Whisper's decoder writes once every session of the step
-    has closed theirs (:func:`_write_finals`), so that they are decoded as one batch."""
-
-    session: StreamingSession
-    segment: Segment  # the first pass's
-    number: int
-    mel: torch.Tensor  # the segment's log-mel frames
-
-    @property
-    def options(self) -> WhisperFinalsConfig:
-        return self.session.config.decode.whisper_finals
-
-
 def step_sessions(
-    sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
+    sessions: Sequence[StreamingSession],
+    inputs: Sequence[np.ndarray | None],
+    background: FinalsInBackground | None = None,
 ) -> list[list[Event] | Exception]:
     """One step of many sessions of one model: new audio for each (None: finish it).
 
@@ -88,6 +74,10 @@ def step_sessions(
     them (``Encoder.forward_streams``). A session's bad input becomes its own
     outcome (the exception) and leaves the others untouched. A session listed more
     than once has its inputs taken in order, one per round.
+
+    Whisper's finals of the segments that close in a round are written as one batch: in
+    the step (``background`` None), or by ``background`` beside the steps, each session
+    then getting its finals with a later step's events (its finish waits for them).
     """
     outcomes: list[list[Event] | Exception] = [[] for _ in sessions]
     rounds: list[list[int]] = []
@@ -98,7 +88,9 @@ def step_sessions(
             rounds.append([])
         rounds[count].append(k)
     for members in rounds:
-        results = _step_round([sessions[k] for k in members], [inputs[k] for k in members])
+        results = _step_round(
+            [sessions[k] for k in members], [inputs[k] for k in members], background
+        )
         for k, outcome in zip(members, results):
             outcomes[k] = outcome
     return outcomes
@@ -106,7 +98,9 @@ def step_sessions(
 
 @torch.inference_mode()  # no_grad's bookkeeping too is per op: a few percent of serving
 def _step_round(
-    sessions: Sequence[StreamingSession], inputs: Sequence[np.ndarray | None]
+    sessions: Sequence[StreamingSession],
+    inputs: Sequence[np.ndarray | None],
+    background: FinalsInBackground | None,
 ) -> list[list[Event] | Exception]:
     outcomes: list[list[Event] | Exception] = [[] for _ in sessions]
     audio: dict[int, np.ndarray] = {}
@@ -148,50 +142,13 @@ def _step_round(
             decoded[k] = sessions[k]._decode(encoded.get(k))
         except Exception as err:
             outcomes[k] = err
-    for k, written in _write_finals(decoded).items():
-        outcomes[k] = written
+    if background is None:
+        for k, outcome in write_finals(decoded).items():
+            outcomes[k] = outcome
+    else:
+        for k, events in decoded.items():
+            outcomes[k] = background.exchange(sessions[k], events, sessions[k].finished)
     return outcomes
-
-
-def _write_finals(
-    decoded: dict[int, list[Event | PendingFinal]],
-) -> dict[int, list[Event] | Exception]:
-    """Each session's events with its pending finals written: those of one final pass in
-    one batch; if a batch fails, its segments are written one by one, and a segment that
-    still fails is its session's error alone."""
-    pending = [e for events in decoded.values() for e in events if isinstance(e, PendingFinal)]
-    written: dict[int, Event | Exception] = {}
-
-    def batch_of(p: PendingFinal) -> tuple[int, tuple]:
-        return id(p.session._whisper), dataclasses.astuple(p.options)
-
-    for key in dict.fromkeys(batch_of(p) for p in pending):
-        mine = [p for p in pending if batch_of(p) == key]
-        finals, options = mine[0].session._whisper, mine[0].options
-        assert finals is not None
-        try:
-            texts: list[FinalText | Exception] = list(
-                finals.transcribe([p.mel for p in mine], options)
-            )
-        except Exception:
-            texts = [_one_final(finals, p.mel, options) for p in mine]
-        for p, text in zip(mine, texts):
-            written[id(p)] = text if isinstance(text, Exception) else p.session._written(p, text)
-    outcomes: dict[int, list[Event] | Exception] = {}
-    for k, events in decoded.items():
-        got = [written[id(e)] if isinstance(e, PendingFinal) else e for e in events]
-        failed = [e for e in got if isinstance(e, Exception)]
-        outcomes[k] = failed[0] if failed else [e for e in got if isinstance(e, Event)]
-    return outcomes
-
-
-def _one_final(
-    finals: WhisperFinals, mel: torch.Tensor, options: WhisperFinalsConfig
-) -> FinalText | Exception:
-    try:
-        return finals.transcribe([mel], options)[0]
-    except Exception as err:
-        return err
 
 
 def _joined(parts: list[Segment], segment: Segment, offset: int = 0) -> Segment:
@@ -235,6 +192,10 @@ class StreamingSession:
         )
         self._teacher = two_pass_teacher(frontend, decode) if decode.two_pass else None
         self._whisper = whisper if self._teacher is not None else None
+        # finals written beside the steps (asr.final_pass.FinalsInBackground): how many are
+        # being written, and those written that a step has not handed out yet
+        self._finals_waiting = 0
+        self._finals_written: list[Event | Exception] = []
         if self._teacher is not None:
             self._frames.keep = True  # type: ignore[attr-defined]
         self._encoder_state = model.encoder.initial_state(1)

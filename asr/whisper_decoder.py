@@ -329,19 +329,25 @@ def load_decoder(path: Path) -> tuple[WhisperTextDecoder, TokenRules]:
     return decoder.eval(), rules
 
 
-def loop_start(tokens: list[int], repeats: int = 4, longest: int = 30) -> int | None:
+def loop_start(
+    tokens: list[int], repeats: int = 4, longest: int = 30, shortest_span: int = 0
+) -> int | None:
     """Where the repeats after the first copy of a loop begin, if ``tokens`` ends with
-    one run of up to ``longest`` tokens said ``repeats`` times over; else None.
+    one run of up to ``longest`` tokens said ``repeats`` times over (and more, until the
+    copies span at least ``shortest_span`` tokens); else None.
 
     Greedy decoding of Whisper's decoder can fall into saying a phrase again and again
     ("he learned to learn to learn to learn ..."), above all from states it was not
     trained on; Whisper itself then decodes again at a higher temperature. Four times
     in a row is rare in speech ("no no no" is three); a looping sentence runs to 14
-    tokens and more ("you're not going to be able to be in the same place.")."""
+    tokens and more ("you're not going to be able to be in the same place."). But a word
+    said four times is speech too ("words words words words"): ``shortest_span`` asks a
+    short run for more copies before it counts as a loop."""
     for n in range(1, longest + 1):
-        if len(tokens) < repeats * n:
-            break
+        copies = max(repeats, -(-shortest_span // n))
+        if len(tokens) < copies * n:
+            continue
         tail = tokens[-n:]
-        if all(tokens[-k * n : len(tokens) - (k - 1) * n] == tail for k in range(2, repeats + 1)):
-            return len(tokens) - (repeats - 1) * n
+        if all(tokens[-k * n : len(tokens) - (k - 1) * n] == tail for k in range(2, copies + 1)):
+            return len(tokens) - (copies - 1) * n
     return None

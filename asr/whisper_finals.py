@@ -17,7 +17,9 @@ The rules Whisper relies on to be safe on short and empty segments come with it:
   with an average log-probability of -0.5 to -0.7, which its own rule keeps; reading silence
   gives it the same probability (gain 0.05 nats or less, where speech scored 1.25 and more
   on the shipped held-out synthetic files);
-- loops: a hypothesis that repeats itself (``loop_start``) is cut where the repeats begin;
+- loops: a hypothesis that repeats itself (``loop_start``: 4 copies of a run, and at least
+  ``LOOP_SPAN`` tokens of them, so that "words words words words" stays) is cut where the
+  repeats begin;
   a text that still compresses too well (zlib ratio above ``compression_ratio_threshold``)
   gives way to the first pass's final (:attr:`FinalText.fallback`);
 - suppressed tokens: non-speech symbols and special tokens are never written, and a blank
@@ -46,6 +48,8 @@ from asr.whisper_text import WhisperVocabulary
 
 STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states (20 ms each)
 MEDIAN_WIDTH = 7  # Whisper's filter of alignment weights along time
+# a run said over and over is a loop once its copies span this many tokens (and 4 copies)
+LOOP_SPAN = 8
 
 
 @dataclass
@@ -228,7 +232,7 @@ class WhisperFinals:
                 done.append(_Hypothesis(hyps[parent].tokens, logprob, read))
                 continue
             tokens = [*hyps[parent].tokens, token]
-            start = loop_start(tokens)
+            start = loop_start(tokens, shortest_span=LOOP_SPAN)
             if start is not None:  # a loop: keep the text before its repeats, and end it
                 done.append(_Hypothesis(tokens[:start], logprob, read[: start + 1]))
                 continue

@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 
 from asr.events import Event
+from asr.final_pass import FinalsInBackground
 from asr.streaming import StreamingSession
 from asr.streaming import step_sessions as run_sessions
 
@@ -72,10 +73,19 @@ def step_each(steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -
             deliver(step, events)
 
 
+_BACKGROUND: FinalsInBackground | None = None  # the in-process lane's writer of finals
+
+
 def step_sessions(steps: Sequence[Step], deliver: Callable[[Step, Outcome], None]) -> None:
-    """In-process streaming sessions of one model: one encoder call for the whole batch."""
+    """In-process streaming sessions of one model: one encoder call for the whole batch; their
+    two-pass finals are written beside the steps (one writer for the process)."""
+    global _BACKGROUND
+    if _BACKGROUND is None:
+        _BACKGROUND = FinalsInBackground()
     outcomes = run_sessions(
-        [cast(StreamingSession, step.stream) for step in steps], [step.samples for step in steps]
+        [cast(StreamingSession, step.stream) for step in steps],
+        [step.samples for step in steps],
+        _BACKGROUND,
     )
     for step, outcome in zip(steps, outcomes):
         deliver(step, outcome)

@@ -345,6 +345,9 @@ def serve_sessions(
         conn.send(RuntimeError(f"cannot load model {model}: {err}"))
         return
     conn.send(capabilities)
+    from asr.final_pass import FinalsInBackground
+
+    background = FinalsInBackground()  # two-pass finals, beside the streaming steps
     sessions: dict[int, Any] = {}
     while True:
         try:
@@ -354,7 +357,7 @@ def serve_sessions(
         if kind == "stop":
             return
         try:
-            reply: Any = _run_steps(recognizer, sessions, *payload)
+            reply: Any = _run_steps(recognizer, sessions, *payload, background=background)
         except Exception as err:  # the batch's steps fail, not the process and its sessions
             reply = [_portable(err)] * len(payload[1])
         try:
@@ -364,9 +367,15 @@ def serve_sessions(
 
 
 def _run_steps(
-    recognizer: Any, sessions: dict[int, Any], drops: list[int], items: list[tuple]
+    recognizer: Any,
+    sessions: dict[int, Any],
+    drops: list[int],
+    items: list[tuple],
+    background: Any = None,
 ) -> list[list[Event] | Exception]:
-    """One batch: forget the ended sessions, make the new ones, step them all together."""
+    """One batch: forget the ended sessions, make the new ones, step them all together
+    (their two-pass finals written by ``background``, an asr.final_pass.FinalsInBackground,
+    beside the steps)."""
     from asr.streaming import step_sessions as run_sessions
 
     for sid in drops:
@@ -375,7 +384,7 @@ def _run_steps(
         if sid not in sessions:  # the rate and two_pass were checked on open
             sessions[sid] = recognizer.stream(rate, two_pass)
     streams = [sessions[sid] for sid, _, _, _ in items]
-    outcomes = run_sessions(streams, [samples for _, _, _, samples in items])
+    outcomes = run_sessions(streams, [samples for _, _, _, samples in items], background)
     for (sid, _, _, _), stream in zip(items, streams):
         if stream.finished:
             sessions.pop(sid, None)

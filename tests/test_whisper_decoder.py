@@ -102,3 +102,7 @@ def test_a_loop_is_kept_once_and_ordinary_repeats_are_no_loop() -> None:
     assert loop_start(list(range(30))) is None
     assert loop_start([99, *range(14)] * 4) == 15  # a looping sentence
     assert loop_start([*range(31)] * 4) is None  # longer than ``longest``
+    # with a shortest span of 8 tokens, a word said four times is speech; eight is a loop
+    assert loop_start([5, *[9] * 4], shortest_span=8) is None
+    assert loop_start([5, *[9] * 8], shortest_span=8) == 2
+    assert loop_start([5, *[1, 2] * 4], shortest_span=8) == 3

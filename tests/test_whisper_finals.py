@@ -290,3 +290,28 @@ def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
         status, ready = live.get_json("/readyz")
     assert [t.segments for t in transcripts] == [expected[True], expected[False]]
     assert status == 200 and ready["two_pass"] == {"available": True, "default": False}
+
+
+def test_finals_written_beside_the_steps_come_with_a_later_step(recognizer: Recognizer) -> None:
+    """With a background writer (as the server's model processes run), the step that closes
+    a segment returns at once, without its final; a later step brings it, and the finish
+    waits for the last one: the same finals, in order, as written within the steps."""
+    from asr.final_pass import FinalsInBackground
+    from asr.streaming import step_sessions
+    from tests.test_streaming import finals
+
+    _, clips = held_out("test_seen_voices", 2)
+    pause = np.zeros(2 * RATE, np.float32)  # a pause: the first segment closes in it
+    samples = np.concatenate([clips[0], pause, clips[1]])
+    inline = finals(recognizer.transcribe_segments(samples, RATE))
+    assert len(inline) == 2
+    background = FinalsInBackground()
+    session = recognizer.stream(RATE)
+    cut = len(clips[0]) + len(pause)
+    first = step_sessions([session], [samples[:cut]], background)[0]
+    assert not isinstance(first, Exception)
+    assert session._finals_waiting == 1 and not [e for e in first if e.final]
+    rest = step_sessions([session], [samples[cut:]], background)[0]
+    last = step_sessions([session], [None], background)[0]
+    assert not isinstance(rest, Exception) and not isinstance(last, Exception)
+    assert finals([*first, *rest, *last]) == inline
