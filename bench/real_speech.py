@@ -51,6 +51,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile
@@ -61,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
 from asr.recognizer import add_search_arguments  # noqa: E402
-from asr.scoring import ErrorCounts, wer  # noqa: E402
+from asr.scoring import wer  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
 from training.manifest import Entry, read_manifest, write_manifest  # noqa: E402
@@ -412,6 +413,25 @@ def label(path: Path) -> str:
     return str(path.resolve().relative_to(ROOT)) if inside(path, ROOT) else str(path)
 
 
+def summaries(
+    sets: dict[str, list[Entry]], results: dict[str, list[str]]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per set (and "all", where there are several): utterances, minutes and each model's
+    word error counts (corpus-level)."""
+    everything = [e for entries in sets.values() for e in entries]
+    rows = [*sets.items(), ("all", everything)] if len(sets) > 1 else list(sets.items())
+    out: dict[str, dict[str, Any]] = {}
+    for name, entries in rows:
+        refs = [e.text for e in entries]
+        models = {}
+        for model, hyps in results.items():
+            by_id = dict(zip((e.id for e in everything), hyps))
+            models[model] = wer(refs, [by_id[e.id] for e in entries]).as_dict()
+        minutes = sum(e.duration for e in entries) / 60
+        out[name] = {"utterances": len(entries), "minutes": minutes, "wer": models}
+    return out
+
+
 def table(sets: dict[str, list[Entry]], results: dict[str, list[str]]) -> str:
     """Set, utterances, minutes, reference words, and WER per model (corpus-level)."""
     width = max(len(n) for n in [*sets, "all"])
@@ -420,19 +440,12 @@ def table(sets: dict[str, list[Entry]], results: dict[str, list[str]]) -> str:
         f"  {m:>{w}}" for m, w in zip(results, columns)
     )
     lines = [header, "-" * len(header)]
-    everything = [e for entries in sets.values() for e in entries]
-    rows = [*sets.items(), ("all", everything)] if len(sets) > 1 else list(sets.items())
-    for name, entries in rows:
-        refs = [e.text for e in entries]
-        cells = []
-        for hyps, w in zip(results.values(), columns):
-            by_id = dict(zip((e.id for e in everything), hyps))
-            counts: ErrorCounts = wer(refs, [by_id[e.id] for e in entries])
-            cells.append(f"  {100 * counts.rate:>{w - 1}.1f}%")
-        minutes = sum(e.duration for e in entries) / 60
-        words = sum(len(r.split()) for r in refs)
+    for name, row in summaries(sets, results).items():
+        cells = [f"  {100 * row['wer'][m]['rate']:>{w - 1}.1f}%" for m, w in zip(results, columns)]
+        words = next(iter(row["wer"].values()))["reference_length"]
         lines.append(
-            f"{name:<{width}} {len(entries):>5} {minutes:>8.2f} {words:>6}" + "".join(cells)
+            f"{name:<{width}} {row['utterances']:>5} {row['minutes']:>8.2f} {words:>6}"
+            + "".join(cells)
         )
     return "\n".join(lines)
 
@@ -470,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         help="downloads and unpacked packages, outside the repository (default: %(default)s)",
     )
     parser.add_argument("--out", type=Path, help="JSON lines of id, ref and each model's hyp")
+    parser.add_argument("--json", type=Path, help="the table's figures as JSON")
     parser.add_argument(
         "--manifests",
         type=Path,
@@ -565,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(sets, results))
+    if args.json:
+        args.json.write_text(json.dumps(summaries(sets, results), indent=2) + "\n")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", encoding="utf-8") as f:

@@ -61,7 +61,58 @@ GREEDY = "--beam 1 --lm-weight 0"
 REAL_SPEECH = "python bench/real_speech.py --model {out} --no-whisper"
 REAL_LABEL = "WER, real speech ({utterances} recordings, {wer[reference_length]} words)"
 
+
+def finals_side_by_side(row: dict[str, Any]) -> str:
+    """WER of one-pass finals / two-pass finals (Whisper's decoder) / Whisper-base offline."""
+    rates = [row["wer"].get(m) for m in ("one-pass", "two-pass", "whisper-base")]
+    return " / ".join("-" if r is None else f"{100 * r['rate']:.1f}%" for r in rates)
+
+
+def final_latency(modes: dict[str, Any]) -> str:
+    two = modes["two-pass"]
+    return f"{two['p50_ms']:.0f} / {two['p95_ms']:.0f} ms"
+
+
+COMPARE = "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0"
+FINALS_ROWS: tuple[Row, ...] = (
+    Row(
+        "WER, real speech ({utterances} recordings): one-pass / two-pass finals (Whisper's"
+        " decoder) / Whisper-base offline",
+        ("whisper_finals", "eval", "real"),
+        finals_side_by_side,
+        COMPARE,
+    ),
+    *(
+        Row(
+            f"WER, synthetic speech, {what} ({{utterances}}): one-pass / two-pass / Whisper-base",
+            ("whisper_finals", "eval", split),
+            finals_side_by_side,
+            f"{COMPARE} --manifest data/live/{split}.jsonl",
+        )
+        for split, what in SYNTHETIC.items()
+    ),
+    Row(
+        "two-pass final latency after a 10 s segment, p50 / p95 (one thread)",
+        ("whisper_finals", "final_latency", "10s"),
+        final_latency,
+        "python bench/final_latency.py",
+    ),
+    Row(
+        "real-time streams carried (p95 final latency <= 1 s, no errors): two-pass finals",
+        ("whisper_finals", "capacity", "two-pass"),
+        str,
+        "python bench/load.py --capacity --two-pass",
+    ),
+    Row(
+        "real-time streams carried (p95 final latency <= 1 s, no errors): one-pass finals",
+        ("whisper_finals", "capacity", "one-pass"),
+        str,
+        "python bench/load.py --capacity",
+    ),
+)
+
 ROWS: tuple[Row, ...] = (
+    *FINALS_ROWS,
     *(
         row
         for split, what in SYNTHETIC.items()
@@ -124,7 +175,8 @@ ROWS: tuple[Row, ...] = (
         ("megabytes",),
         "{:.1f} MB".format,
         "du -bc {out}/{{cmvn.json,config.json,lm.npz,model.safetensors,tokenizer.model,"
-        "whisper_encoder.safetensors,whisper_teacher.safetensors}}",
+        "whisper_encoder.safetensors,whisper_teacher.safetensors,whisper_decoder.safetensors,"
+        "whisper_tokenizer.json}}",
     ),
 )
 

@@ -339,6 +339,74 @@ def baseline_text(metrics: dict[str, Any]) -> str:
     )
 
 
+FINALS_COMMANDS = {
+    "real": "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0",
+    "synthetic": "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 "
+    "--manifest data/live/{split}.jsonl",
+}
+
+
+def whisper_finals_text(finals: dict[str, Any] | None) -> str:
+    """The section on two-pass finals by Whisper's decoder (issue #42), or nothing where
+    metrics.json has none of its figures (``training.recipes.finals_metrics`` records them)."""
+    if not finals:
+        return ""
+    lines = [
+        "",
+        "## Two-pass finals by Whisper's decoder",
+        "",
+        "With two-pass finals (`--two-pass`, `two_pass` in a stream's `start`, the page's",
+        '"Finals" choice), each closed segment is encoded again by the full-attention',
+        "teacher at its own length and Whisper-base's own decoder (`whisper_decoder.safetensors`,",
+        "greedy) writes its final: cased and punctuated, with Whisper's no-speech, log-probability",
+        "and loop checks, token times from its alignment heads. Partials stay the streaming",
+        "pass's. WER on normalised text (one thread, greedy streaming pass without the LM):",
+        "",
+        "| set | utterances | one-pass finals | two-pass finals | Whisper-base offline | command |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in finals["eval"].items():
+        rates = [_rate(row["wer"].get(m)) for m in ("one-pass", "two-pass", "whisper-base")]
+        command = FINALS_COMMANDS["real" if name == REAL else "synthetic"].format(split=name)
+        title = TITLES[name]
+        lines.append(f"| {title} | {row['utterances']} | {' | '.join(rates)} | `{command}` |")
+    latency = finals.get("final_latency")
+    if latency:
+        lines += [
+            "",
+            "Time from the end of a segment's audio to its final, one thread, p50 / p95",
+            "(`python bench/final_latency.py`):",
+            "",
+            "| segment | one-pass | two-pass |",
+            "|---|---|---|",
+        ]
+        for length, modes in latency.items():
+            cells = [
+                f"{modes[m]['p50_ms']:.0f} / {modes[m]['p95_ms']:.0f} ms" if m in modes else "-"
+                for m in ("one-pass", "two-pass")
+            ]
+            lines.append(f"| {length} | {' | '.join(cells)} |")
+    capacity = finals.get("capacity")
+    if capacity:
+        carried = "; ".join(f"{mode} finals: {n}" for mode, n in capacity.items())
+        lines += [
+            "",
+            "Real-time streams this machine carries with p95 final latency at most 1 s and no",
+            f"errors (`python bench/load.py --capacity [--two-pass]`): {carried}.",
+        ]
+    times = finals.get("word_times")
+    if times and times.get("final_time_error_ms"):
+        error = times["final_time_error_ms"]
+        lines += [
+            "",
+            "A two-pass final's word times (its last token's end on Whisper's alignment",
+            f"heads) lie {error['median']:.0f} ms (median) and {error['p95']:.0f} ms (p95) from the",
+            "word ends a CTC forced alignment finds (`python bench/word_latency.py --model",
+            "models/default:two-pass --manifest data/live/test_seen_voices.jsonl`).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def write_card(out: Path, metrics: dict[str, Any]) -> None:
     model, corpus, commands = metrics["model"], metrics["corpus"], metrics["commands"]
     counts = model["parameters"]
@@ -403,6 +471,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         fusion=fusion_text(metrics),
         joint=joint_text(metrics),
         baseline=baseline_text(metrics),
+        whisper_finals=whisper_finals_text(metrics.get("whisper_finals")),
     )
     (out / "README.md").write_text(text)
 
@@ -421,7 +490,7 @@ Parameters: Whisper student {whisper_m:.1f}M, LAS encoder {las_m:.2f}M, decoder
 {decoder_m:.2f}M, CTC head {ctc_m:.3f}M{teacher}. Size: {megabytes:.1f} MB on disk.
 Finals by default: {finals} (`--two-pass` / `--no-two-pass` choose per command or session).
 `asr transcribe`, `asr serve` and the browser page use it by default.
-
+{whisper_finals}
 ## Goals (issue #17)
 
 {status}

@@ -1,0 +1,91 @@
+"""Record the figures of two-pass finals written by Whisper's decoder in the bundled model's
+metrics.json, then render its card and the README's results table from it again.
+
+Each figure comes from a benchmark's --json output (run on this machine, one thread):
+
+    python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 --json real.json
+    python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 --json synthetic.json \\
+        --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl \\
+        data/live/test_short.jsonl
+    python bench/final_latency.py --json latency.json
+    python bench/load.py --capacity --two-pass --json capacity_two_pass.json
+    python bench/load.py --capacity --json capacity_one_pass.json
+    python bench/word_latency.py --model models/default:two-pass models/default:greedy \\
+        --manifest data/live/test_seen_voices.jsonl --json word_latency.json
+
+    python -m training.recipes.finals_metrics --real real.json --synthetic synthetic.json \\
+        --latency latency.json --capacity capacity_two_pass.json capacity_one_pass.json \\
+        --word-latency word_latency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from training.recipes.gather import REAL, SYNTHETIC
+from training.recipes.results_table import METRICS, README, rendered_readme
+from training.recipes.whisper_card import write_card
+
+MODELS = {"one-pass": "models/default one-pass", "two-pass": "models/default two-pass"}
+
+
+def eval_figures(bench: dict[str, Any]) -> dict[str, Any]:
+    """Per set: utterances, minutes, and the WER summary of one-pass finals, two-pass finals
+    and Whisper-base offline (as bench/real_speech.py --compare-finals names them)."""
+    out = {}
+    for name, row in bench.items():
+        wer = row["wer"]
+        chosen = {mode: wer[label] for mode, label in MODELS.items() if label in wer}
+        if "whisper-base" in wer:
+            chosen["whisper-base"] = wer["whisper-base"]
+        out[name] = {"utterances": row["utterances"], "minutes": row["minutes"], "wer": chosen}
+    return out
+
+
+def gather(args: argparse.Namespace) -> dict[str, Any]:
+    read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
+    figures: dict[str, Any] = {"eval": {}}
+    if args.real:  # every recording together, as the card's real-speech row
+        figures["eval"][REAL] = eval_figures(read(args.real))["all"]
+    if args.synthetic:
+        synthetic = eval_figures(read(args.synthetic))
+        figures["eval"] |= {split: synthetic[split] for split in SYNTHETIC if split in synthetic}
+    if args.latency:
+        figures["final_latency"] = read(args.latency)
+    for path in args.capacity or []:
+        result = read(path)
+        figures.setdefault("capacity", {})[result["finals"]] = result["capacity"]
+    if args.word_latency:
+        models = read(args.word_latency)["models"]
+        figures["word_times"] = next(m for m in models if m["two_pass"])
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--metrics", type=Path, default=METRICS)
+    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--real", type=Path, help="bench/real_speech.py --json (real speech)")
+    parser.add_argument("--synthetic", type=Path, help="the same over the synthetic splits")
+    parser.add_argument("--latency", type=Path, help="bench/final_latency.py --json")
+    parser.add_argument("--capacity", type=Path, nargs="+", help="bench/load.py --capacity --json")
+    parser.add_argument("--word-latency", type=Path, help="bench/word_latency.py --json")
+    args = parser.parse_args(argv)
+    metrics = json.loads(args.metrics.read_text())
+    metrics["whisper_finals"] = gather(args)
+    bundle = args.metrics.parent  # its size now counts Whisper's decoder and tokenizer
+    shipped = {"README.md", "metrics.json"}
+    files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}
+    metrics["files"], metrics["megabytes"] = files, sum(files.values()) / 1e6
+    args.metrics.write_text(json.dumps(metrics, indent=2) + "\n")
+    write_card(args.metrics.parent, metrics)
+    _, updated = rendered_readme(args.readme, args.metrics)
+    args.readme.write_text(updated)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
