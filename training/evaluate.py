@@ -41,6 +41,7 @@ from asr.scoring import errors_by_frequency, score
 from training.dataset import entry_audio
 from training.manifest import Entry, read_manifest
 from training.plots import plot_alignment
+from training.recipes.textnorm import normalize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +140,8 @@ def evaluate(
         raise ValueError(f"none of the {len(entries)} utterances could be decoded")
     elapsed = time.monotonic() - started
     refs = [e.text.lower() for e in decoded]
+    if not phones:  # finals by Whisper's decoder are cased and punctuated, digits for numbers
+        hyps = [normalize(h) for h in hyps]
     summary, records = score([e.id for e in decoded], refs, hyps, phones=phones)
     if skipped:
         summary["skipped"] = skipped
