@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -132,6 +132,9 @@ class DecoderCache:
     memory: Memory
     mask: Tensor | None = None
     owner: Tensor | None = None
+    # per layer, the memory keys of the heads asked for scores, transposed [M, h, dh, S]:
+    # taken once per memory, as the cache goes from step to step
+    aligned: dict[int, Tensor] = field(default_factory=dict)
 
     @property
     def length(self) -> int:
@@ -143,7 +146,14 @@ class DecoderCache:
         owner = rows if self.owner is None else self.owner[rows]
         if torch.equal(owner, torch.arange(len(self.memory[0][0]))):
             owner = None
-        return DecoderCache(past, self.memory, self.mask, owner)
+        return DecoderCache(past, self.memory, self.mask, owner, self.aligned)
+
+    def keys_of(self, layer: int, heads: list[int]) -> Tensor:
+        """The memory keys of ``heads`` in ``layer``, transposed [M, h, dh, S] (kept)."""
+        if layer not in self.aligned:
+            keys = self.memory[layer][0][:, heads]
+            self.aligned[layer] = keys.transpose(-1, -2).contiguous()
+        return self.aligned[layer]
 
     def attend(self, q: Tensor, layer: int, heads: list[int]) -> tuple[Tensor, Tensor | None]:
         """Cross-attention of queries q [B, heads, n, dh] over each row's memory, and the
@@ -152,8 +162,9 @@ class DecoderCache:
         queries side by side."""
         k, v = self.memory[layer]
         mask = None if self.mask is None else self.mask[:, None, None, :]
+        keys = self.keys_of(layer, heads) if heads else None
         if self.owner is None:
-            return F.scaled_dot_product_attention(q, k, v, mask), _scores(q, k, heads)
+            return F.scaled_dot_product_attention(q, k, v, mask), _scores(q, keys, heads)
         out = torch.empty_like(q)
         scores = None
         if heads:
@@ -167,17 +178,17 @@ class DecoderCache:
                 folded, k[row : row + 1], v[row : row + 1], one_mask
             )
             out[mine] = got.reshape(count, c, n, dh).transpose(0, 1)
-            if scores is not None:
-                scores[mine] = _scores(q[mine], k[row : row + 1], heads)
+            if scores is not None and keys is not None:
+                scores[mine] = _scores(q[mine], keys[row : row + 1], heads)
         return out, scores
 
 
-def _scores(q: Tensor, k: Tensor, heads: list[int]) -> Tensor | None:
-    """Scaled dot products [B, len(heads), n, S] of queries [B, H, n, dh] with keys [B or 1,
-    H, S, dh] for ``heads`` (None: no heads asked for)."""
-    if not heads:
+def _scores(q: Tensor, keys: Tensor | None, heads: list[int]) -> Tensor | None:
+    """Scaled dot products [B, len(heads), n, S] of queries [B, H, n, dh] with the keys of
+    ``heads``, transposed [B or 1, len(heads), dh, S] (None: no heads asked for)."""
+    if keys is None:
         return None
-    return q[:, heads] @ k[:, heads].transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return q[:, heads] @ keys / math.sqrt(q.shape[-1])
 
 
 class WhisperTextDecoder(nn.Module):
@@ -280,7 +291,7 @@ class WhisperTextDecoder(nn.Module):
             if got is not None:
                 scores.append(got)
         logits = self.project(self.norm(x))
-        new_cache = DecoderCache(past, cache.memory, cache.mask, cache.owner)
+        new_cache = DecoderCache(past, cache.memory, cache.mask, cache.owner, cache.aligned)
         return F.log_softmax(logits, dim=-1), new_cache, torch.cat(scores, 1) if scores else None
 
     def project(self, x: Tensor) -> Tensor:

@@ -32,6 +32,7 @@ faster-whisper (a dev dependency) from the CTranslate2 files that the Whisper wh
     python bench/real_speech.py --sets mfa-phrases --out /tmp/real.jsonl   # per-utterance rows
     python bench/real_speech.py --list
     python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0     # one- and two-pass
+    python bench/real_speech.py --model --no-whisper --pocketsphinx          # pocketsphinx alone
     python bench/real_speech.py --compare-finals --manifest data/live/test_seen_voices.jsonl
 """
 
@@ -404,6 +405,22 @@ def transcribe_whisper(
     return hyps
 
 
+def transcribe_pocketsphinx(entries: list[Entry]) -> list[str]:
+    """pocketsphinx's transcripts: CMU's classic HMM recognizer with the US English acoustic
+    model, dictionary and language model its wheel ships, each utterance decoded whole."""
+    from pocketsphinx import Decoder
+
+    decoder = Decoder(loglevel="FATAL")
+    hyps = []
+    for e in entries:
+        pcm = np.clip(entry_audio(e, SAMPLE_RATE), -1, 1) * 32767
+        decoder.start_utt()
+        decoder.process_raw(pcm.astype("<i2").tobytes(), full_utt=True)
+        decoder.end_utt()
+        hyps.append(decoder.hyp().hypstr if decoder.hyp() is not None else "")
+    return hyps
+
+
 def inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
@@ -463,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="Whisper-base reference row (default: when faster-whisper is installed)",
+    )
+    parser.add_argument(
+        "--pocketsphinx",
+        action="store_true",
+        help="a pocketsphinx row too (a dev dependency): the classic HMM recognizer",
     )
     parser.add_argument(
         "--whisper-compute-type",
@@ -535,8 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.whisper and not have_whisper:
         parser.error("--whisper needs faster-whisper: pip install -e '.[dev]'")
     whisper = have_whisper if args.whisper is None else args.whisper
-    if args.model == [] and not whisper:
-        parser.error("nothing to score: give --model or --whisper")
+    if args.model == [] and not whisper and not args.pocketsphinx:
+        parser.error("nothing to score: give --model, --whisper or --pocketsphinx")
     names = args.sets or [s.name for s in SETS if not client_missing(PACKAGES[s.package])]
     for s in SETS:
         if s.name not in names and not args.sets:
@@ -575,6 +597,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"whisper-base: {time.monotonic() - started:.0f} s", file=sys.stderr)
             results["whisper-base"] = [score_text(h) for h in hyps]
+        if args.pocketsphinx:
+            started = time.monotonic()
+            hyps = transcribe_pocketsphinx(everything)
+            print(f"pocketsphinx: {time.monotonic() - started:.0f} s", file=sys.stderr)
+            results["pocketsphinx"] = [score_text(h) for h in hyps]
     except (ValueError, RuntimeError, FileNotFoundError) as err:  # RuntimeError: a client failed
         print(f"error: {err}", file=sys.stderr)
         return 2
