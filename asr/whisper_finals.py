@@ -44,6 +44,7 @@ from torch import Tensor
 from asr.config import WhisperFinalsConfig
 from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
 from asr.whisper_encoder import Int8Linear, WhisperEncoder
+from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_text import WhisperVocabulary
 
 STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states (20 ms each)
@@ -102,7 +103,8 @@ class WhisperFinals:
         self._suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
         self._suppress_begin = self._suppress.clone()
         self._suppress_begin[list(rules.suppress_begin)] = True
-        self._silence: Memory | None = None
+        with torch.inference_mode():  # now, at load, rather than in the first final
+            self._silence = self._silent_memory()
 
     @torch.inference_mode()
     def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
@@ -138,7 +140,7 @@ class WhisperFinals:
         if not silence_after:
             width = states.shape[1]
             return memory, torch.arange(width) < lengths.unsqueeze(1)
-        silence = self._silent_memory()
+        silence = self._silence
         ends = lengths.tolist()
 
         def joined(own: Tensor, silent: Tensor) -> Tensor:
@@ -151,13 +153,9 @@ class WhisperFinals:
         return [(joined(k, sk), joined(v, sv)) for (k, v), (sk, sv) in zip(memory, silence)], None
 
     def _silent_memory(self) -> Memory:
-        """The memory of a silent 30 s window as the teacher encodes it (computed once)."""
-        if self._silence is None:
-            from asr.whisper_features import SAMPLE_RATE, log_mel
-
-            mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-            self._silence = self.decoder.memory(self.teacher(mel[None])[0])
-        return self._silence
+        """The memory of a silent 30 s window as the teacher encodes it."""
+        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
+        return self.decoder.memory(self.teacher(mel[None])[0])
 
     # -- search ---------------------------------------------------------------------
     def _search(
@@ -263,9 +261,7 @@ class WhisperFinals:
         """The average log-probability of ``tokens`` and the end reading encoded silence:
         near that of the segment, the text is what Whisper says of no speech at all."""
         sequence = torch.tensor([[*self.vocabulary.prompt, *tokens, self.vocabulary.end]])
-        logprobs, _, _ = self.decoder.step(
-            sequence[:, :-1], DecoderCache([], self._silent_memory())
-        )
+        logprobs, _, _ = self.decoder.step(sequence[:, :-1], DecoderCache([], self._silence))
         count = len(tokens) + 1
         picked = logprobs[0, -count:].gather(-1, sequence[0, -count:, None])
         return float(picked.sum()) / count
