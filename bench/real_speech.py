@@ -568,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.manifest:
             sets = {path.stem: read_manifest(path)[0] for path in args.manifest}
+            for entry in (e for entries in sets.values() for e in entries):
+                entry.text = score_text(entry.text)  # as the packages' sets are scored
         else:
             sets = load_sets(names, args.cache)
         everything = [e for entries in sets.values() for e in entries]
