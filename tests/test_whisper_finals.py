@@ -149,9 +149,9 @@ def held_out(split: str, count: int) -> tuple[list[dict], list[np.ndarray]]:
 
 def test_two_pass_finals_through_asr_transcribe() -> None:
     """`asr transcribe --two-pass` on shipped held-out synthetic files: cased, punctuated
-    text whose WER (normalised) is within three deviations of the full splits' 9.4% and
-    12.8% (bench/real_speech.py --compare-finals on data/live's test splits), and below
-    the streaming pass's own."""
+    text whose WER (normalised) is within three deviations of the two full splits' 15.75%
+    (bench/real_speech.py --compare-finals on data/live's test splits; the streaming pass
+    30.14%, Whisper-base offline 13.23%), and below the streaming pass's own."""
     refs, files = [], []
     for split in ("test_seen_voices", "test_unseen_voices"):
         chosen = rows(split)
@@ -172,7 +172,7 @@ def test_two_pass_finals_through_asr_transcribe() -> None:
         for flag, hyps in texts.items()
     }
     words = sum(len(r.split()) for r in refs)
-    assert rates["--two-pass"] <= with_three_deviations(0.128, words), rates
+    assert rates["--two-pass"] <= with_three_deviations(0.1575, words), rates
     assert rates["--two-pass"] < rates["--no-two-pass"], rates
 
 
