@@ -216,13 +216,13 @@ class WhisperFinalsConfig(Checked):
     beam_size: int = bounded(1, at_least=1)  # 1: greedy
     max_tokens: int = bounded(224, at_least=1, at_most=440)  # per segment (Whisper: 448 / 2)
     # a segment whose probability of <|nocaptions|> at the first step is above this, and
-    # whose text is also unlikely (average log-probability below logprob_threshold, Whisper's
-    # no-speech rule and thresholds) ...
+    # whose text the audio hardly explains (its log-probability per token reading the
+    # segment is less than min_audio_gain above its log-probability reading encoded
+    # silence: Whisper writes "you" for silence, noise and breath with a high probability
+    # either way) says nothing. Whisper's own rule (average log-probability below -1) also
+    # dropped short, clear utterances ("Zulu Papa"): 16.81% WER on the dev split, 16.32%
+    # with this one
     no_speech_threshold: float = bounded(0.6, at_least=0, at_most=1)
-    logprob_threshold: float = -1.0
-    # ... or whose text the audio hardly explains: its log-probability per token reading the
-    # segment is less than this above its log-probability reading encoded silence (Whisper
-    # writes "you" for silence, noise and breath with a high probability either way)
     min_audio_gain: float = 0.5
     # a text whose zlib compression ratio is above this is a loop: it is cut where the
     # repeats begin (asr.whisper_decoder.loop_start), or dropped if none is found

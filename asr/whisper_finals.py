@@ -1,26 +1,26 @@
 """Two-pass finals written by Whisper-base's own decoder.
 
 When a segment closes, its log-mel frames (floored as Whisper floors them:
-:func:`whisper_floor`) go through the full-attention teacher at the segment's own length (not padded to Whisper's 30 s: a tenth of the cost for a 3 s segment),
-and Whisper's decoder, which learnt English from 680,000 hours of speech, writes the
-final: cased and punctuated. Whisper learnt to read a 30 s window whose end is padding, so
+:func:`whisper_floor`) go through the full-attention teacher at the segment's own length
+(not padded to Whisper's 30 s: a tenth of the cost for a 3 s segment), and Whisper's
+decoder, which learnt English from 680,000 hours of speech, writes the final: cased and
+punctuated. Whisper learnt to read a 30 s window whose end is padding, so
 the memory it reads is the segment's states followed by the teacher's states of a silent
 window (computed once), unless ``silence_after`` is off.
 
-The rules Whisper relies on to be safe on short and empty segments come with it:
+The rules that keep it safe on short and empty segments, Whisper's and one of ours:
 
 - no speech: a segment whose first-step probability of ``<|nocaptions|>`` is above
-  ``no_speech_threshold`` and whose text's average log-probability is below
-  ``logprob_threshold`` gives an empty final (Whisper's rule); so does one whose text the
-  audio does not explain: no more likely per token (by ``min_audio_gain`` nats) reading the
-  segment than reading encoded silence. Whisper writes "you" for silence, noise and breath
-  with an average log-probability of -0.5 to -0.7, which its own rule keeps; reading silence
-  gives it the same probability (gain 0.05 nats or less, where speech scored 1.25 and more
-  on the shipped held-out synthetic files);
+  ``no_speech_threshold`` gives an empty final (not a hallucinated "Thank you.") when the
+  audio does not explain its text: the text is no more likely per token (by
+  ``min_audio_gain`` nats) reading the segment than reading encoded silence. Whisper writes
+  "you" for silence, noise and breath with an average log-probability of -0.5 to -0.7,
+  which its own rule (below -1) keeps, while it drops clear short utterances it reads at
+  -1.4 ("Zulu Papa"); reading silence gives that "you" the same probability (a gain of
+  0.05 nats or less), where speech gained 1.25 and more on the shipped held-out files;
 - loops: a hypothesis that repeats itself (``loop_start``: 4 copies of a run, and at least
   ``LOOP_SPAN`` tokens of them, so that "words words words words" stays) is cut where the
-  repeats begin;
-  a text that still compresses too well (zlib ratio above ``compression_ratio_threshold``)
+  repeats begin; a text that still compresses too well (zlib ratio above ``compression_ratio_threshold``)
   gives way to the first pass's final (:attr:`FinalText.fallback`);
 - suppressed tokens: non-speech symbols and special tokens are never written, and a blank
   or the end never first.
@@ -245,9 +245,9 @@ class WhisperFinals:
     ) -> FinalText:
         tokens = best.tokens
         avg = best.logprob / (len(tokens) + 1)  # Whisper counts the end token too
-        silent = no_speech > config.no_speech_threshold and (
-            avg < config.logprob_threshold
-            or avg - self._silence_logprob(tokens) < config.min_audio_gain
+        silent = (
+            no_speech > config.no_speech_threshold
+            and avg - self._silence_logprob(tokens) < config.min_audio_gain
         )
         if silent or not tokens:
             return FinalText([], "", [], [], avg, no_speech)
