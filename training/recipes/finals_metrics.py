@@ -3,8 +3,10 @@ metrics.json, then render its card and the README's results table from it again.
 
 Each figure comes from a benchmark's --json output (run on this machine, one thread):
 
-    python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 --json real.json
-    python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 --json synthetic.json \\
+    python bench/real_speech.py --compare-finals --pocketsphinx --beam 1 --lm-weight 0 \\
+        --json real.json
+    python bench/real_speech.py --compare-finals --pocketsphinx --beam 1 --lm-weight 0 \\
+        --json synthetic.json \\
         --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl \\
         data/live/test_short.jsonl
     python bench/final_latency.py --json latency.json
@@ -33,14 +35,14 @@ MODELS = {"one-pass": "models/default one-pass", "two-pass": "models/default two
 
 
 def eval_figures(bench: dict[str, Any]) -> dict[str, Any]:
-    """Per set: utterances, minutes, and the WER summary of one-pass finals, two-pass finals
-    and Whisper-base offline (as bench/real_speech.py --compare-finals names them)."""
+    """Per set: utterances, minutes, and the WER summary of one-pass finals, two-pass finals,
+    Whisper-base offline and pocketsphinx (as bench/real_speech.py --compare-finals
+    --pocketsphinx names them)."""
     out = {}
     for name, row in bench.items():
         wer = row["wer"]
         chosen = {mode: wer[label] for mode, label in MODELS.items() if label in wer}
-        if "whisper-base" in wer:
-            chosen["whisper-base"] = wer["whisper-base"]
+        chosen |= {m: wer[m] for m in ("whisper-base", "pocketsphinx") if m in wer}
         out[name] = {"utterances": row["utterances"], "minutes": row["minutes"], "wer": chosen}
     return out
 

@@ -63,8 +63,9 @@ REAL_LABEL = "WER, real speech ({utterances} recordings, {wer[reference_length]}
 
 
 def finals_side_by_side(row: dict[str, Any]) -> str:
-    """WER of one-pass finals / two-pass finals (Whisper's decoder) / Whisper-base offline."""
-    rates = [row["wer"].get(m) for m in ("one-pass", "two-pass", "whisper-base")]
+    """WER of one-pass finals / two-pass finals (Whisper's decoder) / Whisper-base offline /
+    pocketsphinx."""
+    rates = [row["wer"].get(m) for m in ("one-pass", "two-pass", "whisper-base", "pocketsphinx")]
     return " / ".join("-" if r is None else f"{100 * r['rate']:.1f}%" for r in rates)
 
 
@@ -73,18 +74,19 @@ def final_latency(modes: dict[str, Any]) -> str:
     return f"{two['p50_ms']:.0f} / {two['p95_ms']:.0f} ms"
 
 
-COMPARE = "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0"
+COMPARE = "python bench/real_speech.py --compare-finals --pocketsphinx --beam 1 --lm-weight 0"
 FINALS_ROWS: tuple[Row, ...] = (
     Row(
         "WER, real speech ({utterances} recordings): one-pass / two-pass finals (Whisper's"
-        " decoder) / Whisper-base offline",
+        " decoder) / Whisper-base offline / pocketsphinx",
         ("whisper_finals", "eval", "real"),
         finals_side_by_side,
         COMPARE,
     ),
     *(
         Row(
-            f"WER, synthetic speech, {what} ({{utterances}}): one-pass / two-pass / Whisper-base",
+            f"WER, synthetic speech, {what} ({{utterances}}): one-pass / two-pass / Whisper-base"
+            " / pocketsphinx",
             ("whisper_finals", "eval", split),
             finals_side_by_side,
             f"{COMPARE} --manifest data/live/{split}.jsonl",

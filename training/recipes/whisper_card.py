@@ -339,10 +339,11 @@ def baseline_text(metrics: dict[str, Any]) -> str:
     )
 
 
+COLUMNS = ("one-pass", "two-pass", "whisper-base", "pocketsphinx")
 FINALS_COMMANDS = {
-    "real": "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0",
-    "synthetic": "python bench/real_speech.py --compare-finals --beam 1 --lm-weight 0 "
-    "--manifest data/live/{split}.jsonl",
+    "real": "python bench/real_speech.py --compare-finals --pocketsphinx --beam 1 --lm-weight 0",
+    "synthetic": "python bench/real_speech.py --compare-finals --pocketsphinx --beam 1 "
+    "--lm-weight 0 --manifest data/live/{split}.jsonl",
 }
 
 
@@ -358,15 +359,16 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
         "With two-pass finals (`--two-pass`, `two_pass` in a stream's `start`, the page's",
         '"Finals" choice), each closed segment is encoded again by the full-attention',
         "teacher at its own length and Whisper-base's own decoder (`whisper_decoder.safetensors`,",
-        "greedy) writes its final: cased and punctuated, with Whisper's no-speech, log-probability",
+        "greedy) writes its final: cased and punctuated, with no-speech, suppression",
         "and loop checks, token times from its alignment heads. Partials stay the streaming",
         "pass's. WER on normalised text (one thread, greedy streaming pass without the LM):",
         "",
-        "| set | utterances | one-pass finals | two-pass finals | Whisper-base offline | command |",
-        "|---|---|---|---|---|---|",
+        "| set | utterances | one-pass finals | two-pass finals | Whisper-base offline "
+        "| pocketsphinx | command |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, row in finals["eval"].items():
-        rates = [_rate(row["wer"].get(m)) for m in ("one-pass", "two-pass", "whisper-base")]
+        rates = [_rate({"wer": row["wer"][m]}) if m in row["wer"] else "-" for m in COLUMNS]
         command = FINALS_COMMANDS["real" if name == REAL else "synthetic"].format(split=name)
         title = TITLES[name]
         lines.append(f"| {title} | {row['utterances']} | {' | '.join(rates)} | `{command}` |")
