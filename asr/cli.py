@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "lm": "training.lm_cli",
     "import-whisper": "training.whisper_import",
     "distill": "training.distill",
+    "pseudo-label": "training.pseudo_label",
 }
 
 
