@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     for entry, final in zip(entries, finals):
         if sure(final, args.min_logprob):
             assert final is not None
-            extra = {**entry.extra, "reference": entry.text} if entry.text else entry.extra
+            extra = {**entry.extra, "avg_logprob": round(final.avg_logprob, 3)}
+            extra |= {"reference": entry.text} if entry.text else {}
             kept.append(dataclasses.replace(entry, text=normalize(final.text), extra=extra))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(args.out, kept)
