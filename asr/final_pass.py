@@ -124,7 +124,6 @@ class FinalsInBackground:
         return _outcome([*ready, *(e for e in events if isinstance(e, Event))])
 
     def _run(self) -> None:
-        torch.set_num_threads(1)  # its own core: the steps keep theirs
         while True:
             batch = [self._queue.get()]
             while not self._queue.empty():

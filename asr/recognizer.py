@@ -160,9 +160,10 @@ class Recognizer:
         progress: Callable[[float], None] | None = None,
         two_pass: bool | None = None,
     ) -> list[Event]:
-        """The final segments of the whole signal (those with text). It is fed to the session in pieces of
-        ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the memory a long
-        file needs and lets ``progress`` hear the seconds of audio done after each piece. ``two_pass``: as in :meth:`stream`."""
+        """The final segments of the whole signal (those with text). It is fed to the session
+        in pieces of ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the
+        memory a long file needs and lets ``progress`` hear the seconds of audio done after
+        each piece. ``two_pass``: as in :meth:`stream`."""
         session = self.stream(sample_rate, two_pass)
         events: list[Event] = []
         done = 0
@@ -194,8 +195,8 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass, --final-beam, --ctc-weight and --end-pad, the search settings a
-    command may override (``Recognizer.set_search_arguments(args)`` applies them);
+    """--beam, --lm-weight, --two-pass, --final-beam, --ctc-weight and --end-pad, the search
+    settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
     if greedy:

@@ -304,17 +304,18 @@ class WhisperTextDecoder(nn.Module):
     def greedy(self, memory: Memory, prompt: list[int], end: int, limit: int = 224) -> list[int]:
         """The most likely token at each step after ``prompt`` until ``end`` (at most
         ``limit`` tokens, and a loop kept once: :func:`loop_start`), reading one memory
-        [1, S, ...]; the whole prefix is read again at each step (no self-attention cache: a
-        memory cut anew reads every token anew)."""
+        [1, S, ...], each step from the cache of the tokens before it."""
         tokens: list[int] = []
+        logprobs, cache, _ = self.step(torch.tensor([prompt]), DecoderCache([], memory))
         while len(tokens) < limit:
-            best = int(self(torch.tensor([prompt + tokens]), memory)[0, -1].argmax())
+            best = int(logprobs[0, -1].argmax())
             if best == end:
                 break
             tokens.append(best)
             start = loop_start(tokens)
             if start is not None:
                 return tokens[:start]
+            logprobs, cache, _ = self.step(torch.tensor([[best]]), cache)
         return tokens
 
 

