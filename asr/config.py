@@ -394,6 +394,17 @@ class DistillConfig(Checked):
     # the student's forward under bfloat16 autocast; weights, the loss and validation stay
     # float32 (bench/distill_precision.py: 0.4-0.5 of float32's step time here, same distance)
     precision: Literal["float32", "bfloat16"] = "float32"
+    # the decoder-level loss: Whisper's frozen decoder, teacher-forced on the teacher's own
+    # greedy transcript of each English clip, reads the student's states; its token
+    # distributions are pulled towards those it gives reading the teacher's (KL over the
+    # teacher's ``kl_top`` likeliest tokens), beside the state distance, with this weight
+    # (0: the state distance alone). ``decoder``: the bundle whose whisper_decoder and
+    # tokenizer read them
+    kl_weight: float = bounded(0.0, at_least=0)
+    kl_top: int = bounded(16, at_least=1)
+    decoder: str = ""
+    # the state distance's weight (0: the decoder-level loss alone)
+    distance_weight: float = bounded(1.0, at_least=0)
     seed: int = bounded(0, at_least=0)
     threads: int = bounded(0, at_least=0)
     # steps between log lines, validations and checkpoints

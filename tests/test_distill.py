@@ -236,3 +236,100 @@ def test_a_stop_signal_saves_the_step_and_the_run_resumes(
     _distill(setup, out, f"distill.max_steps={step + 2}", resume=True)
     log = (out / "distill.log").read_text()
     assert f"resumed at step {step} " in log and f"student in {out / 'student'}" in log
+
+
+# -- the decoder-level loss, on the bundle's own teacher, student and Whisper decoder ------
+BUNDLE = REPO / "models" / "default"
+HELD_OUT = REPO / "tests" / "data" / "heldout"
+
+
+def _rows(split: str, start: int, count: int, **extra: str) -> list[dict]:
+    lines = (HELD_OUT / f"{split}.jsonl").read_text().splitlines()[start : start + count]
+    rows = [json.loads(line) for line in lines]
+    return [{**r, "audio": str(HELD_OUT / r["audio"]), "text": "", **extra} for r in rows]
+
+
+def _manifest(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_decoder_level_loss_pulls_the_students_words_towards_the_teachers(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """English clips get the teacher's transcript (others none), and a few steps of the
+    decoder-level loss alone, from the masked teacher, lower it on held-out clips."""
+    train = _rows("test_seen_voices", 0, 3) + _rows("test_unseen_voices", 4, 2)
+    train += _rows("test_unseen_voices", 0, 2, language="cs")
+    valid = _rows("test_seen_voices", 6, 3)
+    out = tmp_path / "out"
+    args = [
+        "distill",
+        "--config",
+        str(REPO / "training" / "configs" / "distill.yaml"),
+        "--out",
+        str(out),
+        f"model.whisper.teacher={BUNDLE / 'whisper_teacher.safetensors'}",
+        f"distill.train_manifests=[{_manifest(tmp_path / 'train.jsonl', train)}]",
+        f"distill.valid_manifest={_manifest(tmp_path / 'valid.jsonl', valid)}",
+        f"distill.cache_dir={tmp_path / 'cache'}",
+        f"distill.decoder={BUNDLE}",
+        "distill.kl_weight=1",
+        "distill.distance_weight=0",
+        "distill.lr=1e-4",
+        "distill.warmup_steps=0",
+        "distill.max_batch_seconds=8",
+        "distill.epochs=3",
+        "distill.precision=float32",
+        "distill.threads=1",
+    ]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    # espeak's "asked an unpremeditated question" reads as no speech: no transcript
+    assert "teacher transcripts (train): 4 of 5 with a transcript" in printed
+    assert len(list((tmp_path / "cache").glob("*.words16.npz"))) == 5 + 3  # not the Czech ones
+    history = torch.load(out / "last.pt", weights_only=False)["history"]
+    assert history[-1]["kl"] < 0.9 * history[0]["kl"]
+    with safe_open(str(out / "student" / "encoder.safetensors"), "pt") as f:
+        assert float(f.metadata()["heldout_kl"]) == pytest.approx(
+            min(h["kl"] for h in history), abs=1e-4
+        )
+
+
+def test_the_decoder_level_loss_is_nil_at_the_teacher_and_reaches_the_states(
+    tmp_path: Path,
+) -> None:
+    from asr.config import Config
+    from training.distill import Distiller, cache_teacher, cache_words, decoder_kl, load_words
+
+    config = Config.load(
+        REPO / "training" / "configs" / "distill.yaml",
+        [f"model.whisper.teacher={BUNDLE / 'whisper_teacher.safetensors'}"],
+    )
+    config.distill.decoder = str(BUNDLE)
+    teacher = load_encoder(config.model.whisper.teacher)
+    finals = Distiller(config, tmp_path)._finals(teacher)
+    torch.set_num_threads(1)
+    entries = __import__("training.manifest").manifest.read_manifest(
+        _manifest(tmp_path / "m.jsonl", _rows("test_seen_voices", 0, 2)), require_text=False
+    )[0]
+    items = cache_teacher(entries, teacher, config.model.whisper, tmp_path / "cache", "t")
+    cache_words(items, finals, 16, "w")
+    vocabulary = finals.vocabulary
+    words = load_words(items, vocabulary.prompt, vocabulary.end)
+    states = []
+    for item in items:
+        with np.load(item.path) as data:
+            states.append(torch.from_numpy(data["teacher"].astype(np.float32)))
+    lengths = torch.tensor([len(s) for s in states])
+    padded = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
+    at_teacher, positions = decoder_kl(finals, padded, lengths, words)
+    assert positions == int(words.valid.sum()) > 4
+    assert float(at_teacher) / positions < 2e-3  # the teacher's log-probabilities in float16
+    moved = (padded + 0.3 * torch.randn_like(padded)).requires_grad_()
+    kl, _ = decoder_kl(finals, moved, lengths, words)
+    kl.backward()
+    assert float(kl.detach()) / positions > 10 * float(at_teacher) / positions
+    assert moved.grad is not None
+    assert float(moved.grad[0, : int(lengths[0])].abs().sum()) > 0
+    assert float(moved.grad[0, int(lengths[0]) :].abs().sum()) == 0  # padding is not read

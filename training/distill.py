@@ -6,7 +6,12 @@ mask (model.whisper.chunk, left_context), initialised from the teacher (or from
 an earlier student, distill.init) and trained to reproduce the teacher's final states (relative squared error), on
 unlabelled audio. Teacher states are computed once per utterance and cached
 (distill.cache_dir, keyed by audio span and front-end settings), so an epoch
-costs only the student. Checkpoints (OUT/last.pt) carry everything needed to
+costs only the student. With ``distill.kl_weight``, Whisper's frozen decoder also reads the
+student's states, teacher-forced on the teacher's own greedy transcript of each English
+clip (written once into the cache with the teacher's top token log-probabilities), and the
+student learns to make the decoder's token distributions match those it gives reading the
+teacher (a KL over the teacher's likeliest tokens): it keeps what the decoder needs rather
+than every detail of states that saw the future. Checkpoints (OUT/last.pt) carry everything needed to
 continue where a killed run stopped; the student with the lowest held-out
 distance is OUT/student/encoder.safetensors, loadable like the teacher.
 
@@ -35,9 +40,12 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from asr.config import Config, WhisperConfig
+from asr.config import Config, WhisperConfig, WhisperFinalsConfig
+from asr.whisper_decoder import DECODER_FILE, load_decoder
 from asr.whisper_encoder import WEIGHTS_FILE, WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
+from asr.whisper_finals import WhisperFinals
+from asr.whisper_text import TOKENIZER_FILE, WhisperVocabulary
 from training.dataset import entry_audio, make_batches
 from training.manifest import Entry, read_manifest
 from training.train import StopSignals, configure_cpu, lr_factor
@@ -48,11 +56,25 @@ TEACHER_BATCH_FRAMES = 6000  # padded log-mel frames per teacher batch (60 s)
 
 @dataclass
 class Cached:
-    """One utterance's cached log-mel frames and teacher states."""
+    """One utterance's cached log-mel frames and teacher states, and, for the decoder-level
+    loss, what Whisper's decoder read from the teacher's states (None: no English text)."""
 
     id: str
     path: Path
     frames: int
+    words: Path | None = None
+
+
+@dataclass
+class Words:
+    """Token inputs [B, L] (prompt, transcript; padded with the end token), and per row
+    the teacher's top log-probabilities [B, N, k] with their token ids at each position
+    from the prompt's last on (N: the transcript and the end), valid where ``valid``."""
+
+    inputs: torch.Tensor
+    ids: torch.Tensor
+    logp: torch.Tensor
+    valid: torch.Tensor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +165,101 @@ def _encode_and_save(
         with open(tmp, "wb") as f:
             np.savez(f, mel=mel, teacher=target)
         os.replace(tmp, path)
+
+
+WORDS_BATCH = 16  # clips whose teacher states Whisper's decoder reads at once
+MAX_TOKENS = 224  # Whisper's longest transcript of a window
+TOKENS_PER_STATE = 0.2  # 10 tokens a second: twice and more what speech says
+
+
+def english(entry: Entry) -> bool:
+    """Whether a clip is English (synthetic corpora carry no language: they are)."""
+    return str(entry.extra.get("language", "en")).lower().startswith("en")
+
+
+@torch.no_grad()
+def cache_words(items: list[Cached], finals: WhisperFinals, top: int, desc: str) -> None:
+    """For each item: Whisper's greedy transcript of the teacher's cached states (with the
+    finals' no-speech and loop checks; clips without a sure text get none) and the top
+    ``top`` log-probabilities of the decoder teacher-forced on it, in ``<name>.words<top>.npz``
+    beside the states (an empty file: no text). Computed once, like the states."""
+    vocabulary = finals.vocabulary
+    for item in items:
+        item.words = item.path.with_name(f"{item.path.stem}.words{top}.npz")
+    todo = sorted((i for i in items if not i.words.is_file()), key=lambda i: i.frames)
+    for start in tqdm(range(0, len(todo), WORDS_BATCH), desc=desc, unit="batch", leave=False):
+        batch = todo[start : start + WORDS_BATCH]
+        states = []
+        for item in batch:
+            with np.load(item.path) as data:
+                states.append(torch.from_numpy(data["teacher"].astype(np.float32)))
+        lengths = torch.tensor([len(x) for x in states])
+        padded = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
+        # a looping row would hold its batch to 224 steps: speech says a few tokens a second
+        limit = min(MAX_TOKENS, 8 + int(TOKENS_PER_STATE * int(lengths.max())))
+        texts = finals.decode(padded, lengths, WhisperFinalsConfig(beam_size=1, max_tokens=limit))
+        sure = [i for i, t in enumerate(texts) if t.tokens and not t.fallback]
+        if sure:
+            rows = torch.tensor(sure)
+            sequences = [[*vocabulary.prompt, *texts[i].tokens, vocabulary.end] for i in sure]
+            inputs = _padded_inputs(sequences, vocabulary.end)
+            memory, _ = finals.memory(padded[rows], lengths[rows], True)
+            logp = finals.decoder(inputs, memory)[:, len(vocabulary.prompt) - 1 :]
+            best = logp.topk(top, dim=-1)
+        for i, item in enumerate(batch):
+            tmp = item.words.with_name(f".{item.words.name}.{os.getpid()}.tmp")
+            fields = {}
+            if i in sure:
+                row = sure.index(i)
+                count = len(texts[i].tokens) + 1
+                fields = {
+                    "tokens": np.asarray(texts[i].tokens, np.int32),
+                    "ids": best.indices[row, :count].numpy().astype(np.int32),
+                    "logp": best.values[row, :count].numpy().astype(np.float16),
+                }
+            with open(tmp, "wb") as f:
+                np.savez(f, **fields)
+            os.replace(tmp, item.words)
+    for item in items:
+        with np.load(item.words) as data:
+            if "tokens" not in data:
+                item.words = None
+    print(f"{desc}: {sum(i.words is not None for i in items)} of {len(items)} with a transcript")
+
+
+def _padded_inputs(sequences: list[list[int]], end: int) -> torch.Tensor:
+    """Each sequence but its last token, right-padded with ``end`` [B, L]."""
+    width = max(len(s) for s in sequences) - 1
+    return torch.tensor([s[:-1] + [end] * (width - len(s) + 1) for s in sequences])
+
+
+def load_words(items: list[Cached], prompt: list[int], end: int) -> Words:
+    """The cached transcripts and teacher log-probabilities of ``items`` (all with words)."""
+    sequences, ids, logp = [], [], []
+    for item in items:
+        assert item.words is not None
+        with np.load(item.words) as data:
+            sequences.append([*prompt, *data["tokens"].tolist(), end])
+            ids.append(torch.from_numpy(data["ids"].astype(np.int64)))
+            logp.append(torch.from_numpy(data["logp"].astype(np.float32)))
+    pad = torch.nn.utils.rnn.pad_sequence
+    counts = torch.tensor([len(x) for x in ids])
+    valid = torch.arange(int(counts.max())) < counts.unsqueeze(1)
+    return Words(_padded_inputs(sequences, end), pad(ids, True), pad(logp, True), valid)
+
+
+def decoder_kl(
+    finals: WhisperFinals, states: torch.Tensor, lengths: torch.Tensor, words: Words
+) -> tuple[torch.Tensor, int]:
+    """Summed KL (over the teacher's top tokens) from the decoder's distributions reading
+    the teacher's states to those reading ``states`` [B, S, d] (lengths [B] in states),
+    teacher-forced on the teacher's transcript; and the number of positions summed."""
+    memory, _ = finals.memory(states, lengths, True)
+    first = len(finals.vocabulary.prompt) - 1
+    ours = finals.decoder(words.inputs, memory)[:, first:].gather(-1, words.ids)
+    theirs = words.logp
+    kl = (theirs.exp() * (theirs - ours)).sum(-1)
+    return kl[words.valid].sum(), int(words.valid.sum())
 
 
 def load_batch(items: list[Cached]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -261,6 +378,16 @@ class Distiller:
         self.valid = cache_teacher(valid, teacher, self.whisper, cache, "teacher states (valid)")
         if not self.train or not self.valid:
             raise ValueError("no usable utterances to distil from (see the messages above)")
+        self.finals: WhisperFinals | None = None
+        if self.cfg.kl_weight > 0:
+            self.finals = self._finals(teacher)
+            for items, entries, name in (
+                (self.train, train, "train"),
+                (self.valid, valid, "valid"),
+            ):
+                spoken = {e.id for e in entries if english(e)}
+                heard = [i for i in items if i.id in spoken]
+                cache_words(heard, self.finals, self.cfg.kl_top, f"teacher transcripts ({name})")
         self.student = student.train()
         if self.cfg.adapter_rank > 0:
             add_adapters(self.student, self.cfg.adapter_rank)
@@ -269,6 +396,20 @@ class Distiller:
         self.max_frames = int(self.cfg.max_batch_seconds * 100)
         steps_per_epoch = len(make_batches([c.frames for c in self.train], self.max_frames, 0, 0))
         self.total_steps = self.cfg.epochs * steps_per_epoch  # the schedule's horizon
+
+    def _finals(self, teacher: WhisperEncoder) -> WhisperFinals:
+        """Whisper's frozen decoder and vocabulary from distill.decoder's bundle."""
+        bundle = Path(self.cfg.decoder)
+        if not self.cfg.decoder or not (bundle / DECODER_FILE).is_file():
+            raise FileNotFoundError(
+                f"distill.kl_weight > 0 needs distill.decoder: a bundle with {DECODER_FILE} "
+                f"and {TOKENIZER_FILE} (got {self.cfg.decoder!r})"
+            )
+        decoder, rules = load_decoder(bundle / DECODER_FILE)
+        for p in decoder.parameters():
+            p.requires_grad_(False)
+        vocabulary = WhisperVocabulary.load(bundle / TOKENIZER_FILE)
+        return WhisperFinals(teacher, decoder, rules, vocabulary)
 
     def save_checkpoint(self, state: dict) -> None:
         full = {
@@ -283,18 +424,44 @@ class Distiller:
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Relative squared error and mean cosine to the teacher on the held-out audio."""
+        """Relative squared error and mean cosine to the teacher on the held-out audio, the
+        decoder-level KL per token where it is trained, and the objective they weigh into."""
         self.student.eval()
-        error = energy = cosine = 0.0
-        count = 0
+        error = energy = cosine = kl = 0.0
+        count = positions = 0
         for batch in make_batches([c.frames for c in self.valid], self.max_frames, 0, 0, False):
-            mel, lengths, teacher = load_batch([self.valid[i] for i in batch])
+            items = [self.valid[i] for i in batch]
+            mel, lengths, teacher = load_batch(items)
             states, _ = self.student(mel, lengths, self.streaming)
             e, t, c = distance(states, teacher, lengths, self.cfg.delay)
             error, energy, cosine = error + float(e), energy + float(t), cosine + float(c)
             count += int((WhisperEncoder.output_lengths(lengths) - self.cfg.delay).sum())
+            if self.finals is not None:
+                summed, n = self._kl(items, states, lengths)
+                kl, positions = kl + float(summed), positions + n
         self.student.train()
-        return {"rel_mse": error / energy, "cosine": cosine / count}
+        result = {"rel_mse": error / energy, "cosine": cosine / count}
+        if self.finals is not None:
+            result["kl"] = kl / max(positions, 1)
+        result["objective"] = self.cfg.distance_weight * result[
+            "rel_mse"
+        ] + self.cfg.kl_weight * result.get("kl", 0.0)
+        return result
+
+    def _kl(
+        self, items: list[Cached], states: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, int]:
+        """The decoder-level KL summed over the positions of the items with a transcript."""
+        assert self.finals is not None
+        rows = [i for i, item in enumerate(items) if item.words is not None]
+        if not rows:
+            return states.new_zeros(()), 0
+        vocabulary = self.finals.vocabulary
+        words = load_words([items[i] for i in rows], vocabulary.prompt, vocabulary.end)
+        ends = WhisperEncoder.output_lengths(lengths[rows])
+        delay = self.cfg.delay  # the student's state t + delay stands for the teacher's t
+        ours = states[rows][:, delay : delay + int(ends.max())]
+        return decoder_kl(self.finals, ours, ends, words)
 
     def fit(self, resume: bool = False) -> int:
         """Distil to the budget; 0, or the signal (SIGINT, SIGTERM) that stopped it after a
@@ -312,8 +479,10 @@ class Distiller:
         else:
             first = self.validate()
             state["history"].append({"step": 0, **first})
+            kl = f", decoder KL {first['kl']:.4f}" if "kl" in first else ""
             self.log(
-                f"step 0 (the masked teacher): held-out rel MSE {first['rel_mse']:.4f}, cosine {first['cosine']:.4f}"
+                f"step 0 ({'distill.init' if self.cfg.init else 'the masked teacher'}): held-out rel MSE {first['rel_mse']:.4f}, "
+                f"cosine {first['cosine']:.4f}{kl}"
             )
         origin = time.monotonic() - state["seconds"]
         bar = tqdm(total=self.total_steps, initial=state["step"], desc="distill", unit="step")
@@ -337,7 +506,7 @@ class Distiller:
                     state["step"] += 1
                     state["seconds"] = time.monotonic() - origin
                     bar.update(1)
-                    bar.set_postfix(rel_mse=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
+                    bar.set_postfix(loss=f"{loss:.4f}", minutes=f"{state['seconds'] / 60:.1f}")
                     if signals.received:  # saved below, without the validation a stop would run
                         stop = True
                         break
@@ -364,7 +533,7 @@ class Distiller:
             return signals.received
         if math.isfinite(state["best"]):
             self.log(
-                f"done: best held-out rel MSE {state['best']:.4f}; "
+                f"done: best held-out objective {state['best']:.4f}; "
                 f"student in {self.out / 'student'}"
             )
         else:  # no step was validated: nothing to write (distill.epochs=0, say)
@@ -398,27 +567,32 @@ class Distiller:
             group["lr"] = self.cfg.lr * factor
         with torch.autocast("cpu", torch.bfloat16, enabled=self.cfg.precision == "bfloat16"):
             states, _ = self.student(mel, lengths, self.streaming, offsets)
-        error, energy, _ = distance(states.float(), teacher, lengths, self.cfg.delay)
-        loss = error / energy
+        states = states.float()
+        error, energy, _ = distance(states, teacher, lengths, self.cfg.delay)
+        loss = self.cfg.distance_weight * error / energy
+        if self.finals is not None:
+            summed, positions = self._kl(items, states, lengths)
+            loss = loss + self.cfg.kl_weight * summed / max(positions, 1)
         value = float(loss.detach())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.student.parameters(), 1.0)
         self.optimizer.step()
         if state["step"] % self.cfg.log_every == 0:
-            self.log(f"step {state['step']}: rel MSE {value:.4f}, lr {self.cfg.lr * factor:.2e}")
+            self.log(f"step {state['step']}: loss {value:.4f}, lr {self.cfg.lr * factor:.2e}")
         return value
 
     def _validate_and_keep(self, state: dict) -> None:
         result = self.validate()
         state["history"].append({"step": state["step"], **result})
-        better = result["rel_mse"] < state["best"]
+        better = result["objective"] < state["best"]
+        kl = f", decoder KL {result['kl']:.4f}" if "kl" in result else ""
         self.log(
             f"step {state['step']}: held-out rel MSE {result['rel_mse']:.4f}, "
-            f"cosine {result['cosine']:.4f}" + (" (best)" if better else "")
+            f"cosine {result['cosine']:.4f}{kl}" + (" (best)" if better else "")
         )
         if better:
-            state["best"] = result["rel_mse"]
+            state["best"] = result["objective"]
             student = WhisperEncoder(self.student.dims)
             student.load_state_dict(merge_adapters(copy.deepcopy(self.student)).state_dict())
             meta = {
@@ -427,5 +601,6 @@ class Distiller:
                 "delay": str(self.cfg.delay),
                 "step": str(state["step"]),
                 "heldout_rel_mse": f"{result['rel_mse']:.5f}",
+                **({"heldout_kl": f"{result['kl']:.5f}"} if "kl" in result else {}),
             }
             save_encoder(student, self.out / "student", meta)

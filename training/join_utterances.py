@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "--any-voice", action="store_true", help="mix voices in a clip (small held-out splits)"
     )
     args = parser.parse_args(argv)
-    entries, _ = read_manifest(args.manifest)
+    entries, _ = read_manifest(args.manifest, require_text=False)  # unlabelled audio joins too
     try:
         clips = plan_clips(
             entries, args.min_seconds, args.max_seconds, args.max_pause, args.seed, args.any_voice
