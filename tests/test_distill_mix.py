@@ -1,0 +1,104 @@
+"""training.recipes.distill_mix on a small extracted tree: Drascula's held-out quarter
+stays out of training, clips go by their own language, half the synthetic speech is
+band-limited, and a tiny distillation over the mix brings the student nearer the teacher
+on held-out audio."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import soundfile
+import torch
+
+from asr.cli import main as asr_main
+from tests.conftest import speech_files
+from tests.test_distill import setup  # noqa: F401  (the tiny teacher and its config)
+from training.recipes.distill_mix import main
+
+
+def _source(root: Path, name: str, clips: list[tuple[Path, str]]) -> None:
+    """An extracted source as training.recipes.real_audio writes it."""
+    (root / name / "audio").mkdir(parents=True)
+    rows = []
+    for i, (wav, language) in enumerate(clips):
+        samples, rate = soundfile.read(wav, dtype="float32")
+        soundfile.write(root / name / "audio" / f"{i}.wav", samples, rate)
+        duration = len(samples) / rate
+        row = {"id": f"{name}-{i}", "audio": f"audio/{i}.wav", "text": "", "duration": duration}
+        rows.append({**row, "source": name, "language": language})
+    (root / name / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
+    root = tmp_path_factory.mktemp("mix")
+    files = [wav for wav, _ in speech_files(speech_dir)]
+    _source(root / "real", "drascula", [(wav, "en") for wav in files[:12]])
+    _source(
+        root / "real", "hedgewars-data", [(files[i], ["en", "ru"][i % 2]) for i in range(12, 18)]
+    )
+    synth = root / "synth.jsonl"
+    rows = [
+        {"id": f"s{i}", "audio": str(wav), "text": "", "duration": 2.0, "voice": "v"}
+        for i, wav in enumerate(files[18:])
+    ]
+    synth.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--real", str(root / "real"), "--synth", str(synth), "--out", str(root / "out")]
+    assert main([*args, "--other-share", "1", "--synth-repeats", "2"]) == 0
+    return root / "out"
+
+
+def _ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def test_the_mix_keeps_its_held_out_clips_apart_and_routes_by_language(mix: Path) -> None:
+    dev, english, other = (_ids(mix / f"{n}.jsonl") for n in ("real_dev", "real_en", "real_other"))
+    assert dev and all(i.startswith("drascula-") for i in dev)
+    drascula = {f"drascula-{i}" for i in range(12)}
+    assert set(dev) | {i for i in english if i.startswith("drascula-")} == drascula
+    assert not set(dev) & set(english)
+    assert sorted(i for i in english if i.startswith("hedgewars")) == [
+        f"hedgewars-data-{i}" for i in (0, 2, 4)
+    ]
+    assert sorted(other) == [f"hedgewars-data-{i}" for i in (1, 3, 5)]
+    assert _ids(mix / "valid.jsonl") == dev
+    long_parts = [
+        p
+        for line in (mix / "long" / "real_en_long.jsonl").read_text().splitlines()
+        for p in json.loads(line)["parts"]
+    ]
+    assert not set(long_parts) & set(dev)
+    listing = (mix / "train_manifests.txt").read_text().strip().strip("[]").split(",")
+    assert listing.count(str(mix / "synth-11k" / "manifest.jsonl")) == 2
+    assert str(mix / "real_dev.jsonl") not in listing
+
+
+def test_a_tiny_distillation_over_the_mix_nears_the_teacher(mix: Path, setup: Path) -> None:  # noqa: F811
+    out = mix.parent / "run"
+    args = ["distill", "--config", str(setup / "config.yaml"), "--out", str(out)]
+    args += [f"distill.train_manifests={(mix / 'train_manifests.txt').read_text().strip()}"]
+    args += [f"distill.valid_manifest={mix / 'valid.jsonl'}", f"distill.cache_dir={mix / 'cache'}"]
+    assert asr_main([*args, "distill.max_steps=40"]) == 0
+    history = torch.load(out / "last.pt", weights_only=False)["history"]
+    assert history[-1]["rel_mse"] < 0.8 * history[0]["rel_mse"]
+
+
+def test_bad_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--real",
+                str(tmp_path),
+                "--synth",
+                str(tmp_path / "s.jsonl"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+    assert "no source manifests" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--real", str(tmp_path), "--synth", "s", "--out", "o", "--share", "queen"])
+    assert "--share takes SOURCE=SHARE" in capsys.readouterr().err
