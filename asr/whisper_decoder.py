@@ -208,7 +208,10 @@ class DecoderCache:
         return self.past[0][0].shape[2] if self.past else 0
 
     def select(self, rows: Tensor) -> DecoderCache:
-        """The cache of ``rows`` [R] (indices into the batch, repeats allowed)."""
+        """The cache of ``rows`` [R] (indices into the batch, repeats allowed). A cache is a
+        value (a step writes new tensors), so keeping every row in order copies nothing."""
+        if self.past and torch.equal(rows, torch.arange(len(self.past[0][0]))):
+            return self
         past = [(k[rows], v[rows]) for k, v in self.past]
         owner = rows if self.owner is None else self.owner[rows]
         if torch.equal(owner, torch.arange(len(self.memory[0][0]))):
