@@ -97,15 +97,16 @@ class ShortlistProjection(nn.Module):
     The search reads the most likely tokens, so those are float32's; the 4-bit logits of
     the others only add their small share to the softmax's sum. Measured on held-out
     speech: the float32 best token always among the 4-bit top 16, log-probabilities within
-    0.013 of float32's (0.14 with the whole projection in bfloat16, whose logits of 40 and
-    more round to a quarter), a quarter of the bfloat16 projection's bytes."""
+    0.013 of float32's (0.14 with the whole projection in bfloat16, which rounds logits
+    above 32 to a quarter and more), a quarter of the bfloat16 projection's bytes."""
 
     def __init__(self, weight: Tensor, exact: int = 64, group: int = 32) -> None:
         super().__init__()
-        self.weight = weight  # float32 [vocab, d], the embedding's own: neither copied nor kept
+        # float32 [vocab, d]: the embedding's own tensor, not a parameter of this module
+        self.weight = weight.detach()
         self.exact, self.group = exact, group
         vocab, d = weight.shape
-        padded = torch.cat([weight.detach(), weight.new_zeros(-vocab % 16, d)])  # as packed
+        padded = torch.cat([self.weight, weight.new_zeros(-vocab % 16, d)])  # as packed
         groups = padded.view(len(padded), d // group, group)
         low, high = groups.amin(-1), groups.amax(-1)
         scale = ((high - low) / 15).clamp(min=1e-8)
