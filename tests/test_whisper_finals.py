@@ -18,7 +18,7 @@ from asr.audio import read_audio
 from asr.bundle import load_model
 from asr.recognizer import Recognizer
 from asr.scoring import score
-from asr.whisper_decoder import DecoderCache, load_decoder
+from asr.whisper_decoder import DecoderCache, bfloat16_kernels, load_decoder
 from asr.whisper_features import log_mel
 from asr.whisper_finals import compression_ratio, dtw, token_ends, whisper_floor
 from tests.conftest import espeak
@@ -78,6 +78,7 @@ def test_cached_steps_read_as_one_pass_over_the_whole_sequence(recognizer: Recog
     torch.testing.assert_close(together[2:], whole[:1, :5], rtol=0, atol=2e-4)
 
 
+@pytest.mark.skipif(not bfloat16_kernels(), reason="oneDNN has no bfloat16 kernels here")
 def test_bfloat16_steps_choose_as_float32_does(recognizer: Recognizer) -> None:
     """The bfloat16 decoder (the finals' default) against float32, step by step with the
     cache over a held-out sentence's states and encoded silence after them (as a final
