@@ -230,7 +230,10 @@ class WhisperFinalsConfig(Checked):
     # read the segment's states, then the encoded silence after them up to Whisper's 30 s
     # (as Whisper learnt to read its padded window), or the segment's states alone
     silence_after: bool = True
-    int8: bool = False  # the decoder's linear layers and output projection in int8
+    # "bfloat16": the decoder's linear layers, memories and caches in bfloat16 and its output
+    # projection in 4 bits with the likeliest tokens' logits again in float32
+    # (WhisperTextDecoder.in_bfloat16), where oneDNN has bfloat16 kernels (else float32)
+    precision: Literal["float32", "bfloat16"] = "bfloat16"
 
 
 @dataclass

@@ -136,8 +136,8 @@ class Recognizer:
             decoder, rules = load_decoder(decoder_file)
             vocabulary = WhisperVocabulary.load(tokenizer_file)
             teacher = self.frontend.full_attention()
-            int8 = self.config.decode.whisper_finals.int8
-            self._whisper_finals = WhisperFinals(teacher, decoder, rules, vocabulary, int8)
+            precision = self.config.decode.whisper_finals.precision
+            self._whisper_finals = WhisperFinals(teacher, decoder, rules, vocabulary, precision)
         return self._whisper_finals
 
     def stream(self, sample_rate: int, two_pass: bool | None = None) -> StreamingSession:

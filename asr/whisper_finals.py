@@ -42,8 +42,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from asr.config import WhisperFinalsConfig
-from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
-from asr.whisper_encoder import Int8Linear, WhisperEncoder
+from asr.whisper_decoder import (
+    DecoderCache,
+    Memory,
+    TokenRules,
+    WhisperTextDecoder,
+    bfloat16_kernels,
+    loop_start,
+)
+from asr.whisper_encoder import WhisperEncoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_text import WhisperVocabulary
 
@@ -90,11 +97,13 @@ class WhisperFinals:
         decoder: WhisperTextDecoder,
         rules: TokenRules,
         vocabulary: WhisperVocabulary,
-        int8: bool = False,
+        precision: str = "bfloat16",
     ) -> None:
-        """``int8``: the decoder's linear layers and output projection in int8."""
+        """``precision``: "bfloat16" (:meth:`WhisperTextDecoder.in_bfloat16`, where oneDNN
+        has bfloat16 kernels; float32 elsewhere) or "float32"."""
         self.teacher = teacher
-        self.decoder = _int8(decoder) if int8 else decoder
+        use_bfloat16 = precision == "bfloat16" and bfloat16_kernels()
+        self.decoder = decoder.in_bfloat16() if use_bfloat16 else decoder
         self.rules = rules
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
@@ -350,16 +359,3 @@ def dtw(cost: np.ndarray) -> list[tuple[int, int]]:
     """The monotonic path (token, state) from (0, 0) to the last token at the last state
     with the least summed cost: each step moves to the next token, the next state or both."""
     return [(int(t), int(s)) for t, s in _dtw_path(np.ascontiguousarray(cost))]
-
-
-def _int8(decoder: WhisperTextDecoder) -> WhisperTextDecoder:
-    """The decoder with its linear layers and output projection in int8 (per-row scales:
-    :class:`asr.whisper_encoder.Int8Linear`); attention, norms and embeddings stay float."""
-    import copy
-
-    copied = copy.deepcopy(decoder)
-    for layer in copied.layers:
-        for name in ("self_qkv", "self_out", "cross_q", "cross_kv", "cross_out", "fc1", "fc2"):
-            setattr(layer, name, Int8Linear.of(getattr(layer, name)))
-    copied.projection = Int8Linear(decoder.embed.weight, None)
-    return copied

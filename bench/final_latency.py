@@ -11,7 +11,7 @@ of its stated length (a final's cost depends on its segment's length alone).
 
     python bench/final_latency.py                         # models/default, one- and two-pass
     python bench/final_latency.py --lengths 10 --clips 20 --final-beam 5
-    python bench/final_latency.py --int8                  # Whisper's decoder in int8
+    python bench/final_latency.py --precision float32     # Whisper's decoder in float32
 
 Prints p50 and p95 per length and mode, in milliseconds, and with --json writes them.
 """
@@ -19,10 +19,10 @@ Prints p50 and p95 per length and mode, in milliseconds, and with --json writes 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)"
     )
-    parser.add_argument("--int8", action="store_true", help="Whisper's decoder in int8")
+    parser.add_argument(
+        "--precision", choices=["float32", "bfloat16"], help="Whisper's decoder (default: bundle's)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     recognizer = load_model(args.model)
     decode = recognizer.config.decode
     decode.endpoint_on_eos = False  # one segment per clip (see the docstring)
-    decode.whisper_finals = dataclasses.replace(decode.whisper_finals, int8=args.int8)
+    if args.precision:
+        decode.whisper_finals = replace(decode.whisper_finals, precision=args.precision)
     recognizer.set_search(1, 0.0, final_beam=args.final_beam)
     modes = args.modes or (
         ["one-pass", "two-pass"] if recognizer.two_pass_problem() is None else ["one-pass"]
