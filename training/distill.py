@@ -409,7 +409,8 @@ class Distiller:
         for p in decoder.parameters():
             p.requires_grad_(False)
         vocabulary = WhisperVocabulary.load(bundle / TOKENIZER_FILE)
-        return WhisperFinals(teacher, decoder, rules, vocabulary)
+        # float32: the loss's gradient goes through the decoder to the student's states
+        return WhisperFinals(teacher, decoder, rules, vocabulary, precision="float32")
 
     def save_checkpoint(self, state: dict) -> None:
         full = {
