@@ -333,3 +333,17 @@ def test_the_decoder_level_loss_is_nil_at_the_teacher_and_reaches_the_states(
     assert moved.grad is not None
     assert float(moved.grad[0, : int(lengths[0])].abs().sum()) > 0
     assert float(moved.grad[0, int(lengths[0]) :].abs().sum()) == 0  # padding is not read
+
+
+def test_a_manifest_given_twice_weighs_twice_and_is_encoded_once(
+    setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    train = setup / "train.jsonl"
+    _distill(
+        setup,
+        tmp_path / "out",
+        f"distill.train_manifests=[{train},{train}]",
+        f"distill.cache_dir={tmp_path / 'cache'}",
+        "distill.max_steps=1",
+    )
+    assert "teacher states (train): 32 utterances (16 computed" in capsys.readouterr().out

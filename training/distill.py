@@ -117,7 +117,8 @@ def cache_teacher(
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     paths = {e.id: cache_dir / _cache_name(e, cfg) for e in entries}
-    todo = [e for e in entries if not paths[e.id].is_file()]
+    # once each, though a manifest given twice (to weigh it) lists its entries twice
+    todo = list({e.id: e for e in entries if not paths[e.id].is_file()}.values())
     skipped = 0
     audio_cache: dict[str, np.ndarray] = {}
     pending: list[tuple[Entry, np.ndarray]] = []
@@ -186,7 +187,8 @@ def cache_words(items: list[Cached], finals: WhisperFinals, top: int, desc: str)
     vocabulary = finals.vocabulary
     for item in items:
         item.words = item.path.with_name(f"{item.path.stem}.words{top}.npz")
-    todo = sorted((i for i in items if not i.words.is_file()), key=lambda i: i.frames)
+    missing = {i.path: i for i in items if not i.words.is_file()}  # a manifest given twice
+    todo = sorted(missing.values(), key=lambda i: i.frames)
     for start in tqdm(range(0, len(todo), WORDS_BATCH), desc=desc, unit="batch", leave=False):
         batch = todo[start : start + WORDS_BATCH]
         states = []
