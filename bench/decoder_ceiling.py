@@ -32,7 +32,8 @@ bundle's own is its LAS layers' and decoder's.
 bundle (as ``whisper_encoder.safetensors``) before any LAS layers have learnt its states.
 ``--students`` adds a column per student that ``asr distill`` wrote (its ``student``
 directory or encoder file), each served in the bundle's place, so students are compared
-with the teacher and each other in one run:
+with the teacher and each other in one run (``--only-students``: their columns alone, when
+the teacher's and the bundle's are known from an earlier run):
 
     python bench/decoder_ceiling.py --encoders-only --manifest data/real-dev.jsonl \
         --students exp/distill-a/student exp/distill-b/student
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="more streaming students (asr distill's output) read in the bundle's place",
     )
+    parser.add_argument("--only-students", action="store_true", help="only the --students columns")
     parser.add_argument("--wheels", type=Path, default=WHEEL_CACHE)
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     args = parser.parse_args(argv)
@@ -185,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--model {args.model}: no bundle there (config.json)")
     if args.limit < 0 or args.threads < 1:
         parser.error("--limit must be >= 0 and --threads >= 1")
+    if args.only_students and not args.students:
+        parser.error("--only-students needs --students")
     torch.set_num_threads(args.threads)
     try:
         manifests = {m: read_manifest(m)[0] for m in args.manifest}
@@ -192,16 +196,17 @@ def main(argv: list[str] | None = None) -> int:
             manifests = {m: entries[: args.limit] for m, entries in manifests.items()}
         decoder = WhisperDecoder(whisper_ct2_dir(args.cache, args.wheels))
         recognizer = load_model(args.model)
-        encode = encoders(args.model, recognizer)
+        encode = {} if args.only_students else encoders(args.model, recognizer)
         with tempfile.TemporaryDirectory(prefix="decoder-ceiling-") as scratch:
             for i, student in enumerate(args.students):  # loaded whole: the links can go
                 bundle = swapped(args.model, student, Path(scratch) / str(i))
                 encode[f"student {student}"] = encoders(bundle)["student"]
-        two_pass = recognizer.two_pass_problem() is None and not args.encoders_only
+        own = not (args.encoders_only or args.only_students)
+        two_pass = own and recognizer.two_pass_problem() is None
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    columns = [] if args.encoders_only else ["bundle streaming"]
+    columns = ["bundle streaming"] if own else []
     columns += ["bundle two-pass"] if two_pass else []
     columns += [f"Whisper decoder on {name}" for name in encode]
     print(f"| manifest | utterances | {' | '.join(columns)} |")
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for manifest, entries in manifests.items():
         started = time.monotonic()
         refs = [e.text for e in entries]
-        cells = [] if args.encoders_only else [wer(refs, bundle_hyps(recognizer, entries, False))]
+        cells = [wer(refs, bundle_hyps(recognizer, entries, False))] if own else []
         if two_pass:
             cells.append(wer(refs, bundle_hyps(recognizer, entries, True)))
         cells += [wer(refs, transcribe(entries, e, decoder)) for e in encode.values()]

@@ -70,5 +70,9 @@ def test_students_are_read_in_the_bundles_place(
     assert header.endswith(f"| Whisper decoder on student | Whisper decoder on student {student} |")
     _, own, swapped = re.findall(r"([\d.]+)%", row)
     assert own == swapped
+    assert decoder_ceiling.main([*args, "--students", str(student), "--only-students"]) == 0
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header == f"| manifest | utterances | Whisper decoder on student {student} |"
+    assert re.findall(r"([\d.]+)%", row) == [swapped]
     assert decoder_ceiling.main([*args, "--students", str(tmp_path / "none")]) == 2
     assert f"--students {tmp_path / 'none'}: no encoder there" in capsys.readouterr().err
