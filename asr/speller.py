@@ -29,8 +29,12 @@ the next chunk. Policies:
 - :class:`AttentionGuided` (Simul-Whisper, Wang et al. 2024, training-free): yes unless
   Whisper's alignment heads put the token's attention within the last ``frames`` states
   of the memory read (or beyond it);
-- a learnt one (Raffel et al. 2017: p(i, j) = sigmoid(energy(s(i-1), h(j))), yes at
-  p > 0.5) answers from :attr:`NextToken.states` and the decoder's state.
+- :class:`Learnt` (Raffel et al. 2017: p(i, j) = sigmoid(energy(s(i-1), h(j))), yes at
+  p > 0.5): s(i-1) is the decoder's final-layer state at the position that predicts the
+  token, read at the boundary (:attr:`Reading.state`), h(j) the student's last state before
+  the boundary; the energy (:class:`~asr.attention.MonotonicEnergy`, eq. 16) is trained in
+  expectation over boundaries (``training/speller.py``) and shipped as
+  ``speller_policy.safetensors``.
 
 Whatever the policy, the speller never lets the end of text out before the segment
 closes: where the decoder's most likely next token is the end, the memory so far says
@@ -45,13 +49,18 @@ close (:meth:`Speller.accept` then :meth:`Speller.finish`).
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
 import torch
-from torch import Tensor
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
 
+from asr.attention import MonotonicEnergy
 from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
 from asr.whisper_encoder import WhisperEncoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
@@ -59,6 +68,7 @@ from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
+POLICY_FILE = "speller_policy.safetensors"  # a bundle's learnt policy, if it carries one
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,18 @@ class SpellerModel:
         self.suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
         self.suppress_begin = self.suppress.clone()
         self.suppress_begin[list(rules.suppress_begin)] = True
+        # the decoder's final-layer state (its last norm's output) of this thread's last
+        # step: the decoder's step returns log-probabilities only, and the decoder is shared
+        # with other threads (the finals' own), so each thread keeps its own
+        self._final = threading.local()
+        decoder.norm.register_forward_hook(self._keep_final)
+
+    def _keep_final(self, module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+        self._final.state = output
+
+    def final_state(self) -> Tensor:
+        """The decoder's final-layer states [B, n, d] of this thread's last step."""
+        return self._final.state
 
     @classmethod
     @torch.inference_mode()
@@ -182,13 +204,15 @@ class Reading:
     """The decoder's next token read from the memory up to ``boundary``: its log-probs
     (suppressed tokens at -inf), the most likely ``token``, where the alignment heads
     attend (``attended``: the most attended state; ``boundary`` itself when that lies
-    beyond it, in encoded silence), and the cache with the fed positions as read here."""
+    beyond it, in encoded silence), the cache with the fed positions as read here, and the
+    decoder's final-layer ``state`` [d] at the position that predicts the token."""
 
     boundary: int
     logprobs: Tensor
     token: int
     attended: int
     cache: DecoderCache
+    state: Tensor
 
 
 @dataclass
@@ -298,6 +322,59 @@ class AttentionGuided:
         return next_token.read(boundary).attended < boundary - self.frames
 
 
+class PolicyEnergy(MonotonicEnergy):
+    """Raffel et al.'s eq. 16 between the decoder's final-layer state s [..., d_s] and the
+    student's state at the boundary h [..., d_h]: g v/|v| . tanh(W s + V h + b) + r."""
+
+    def __init__(self, state_dim: int = 512, key_dim: int = 512, dim: int = 128) -> None:
+        super().__init__(state_dim, key_dim, dim, init_r=-4.0, init_g=None)
+        self.shape = (state_dim, key_dim, dim)
+
+    def forward(self, s: Tensor, h: Tensor) -> Tensor:
+        return self.score(self.query(s), self.keys(h))
+
+    def save(self, path: Path, threshold: float = 0.5, meta: dict[str, str] | None = None) -> None:
+        """Weights and shape in a safetensors file a bundle can carry (``POLICY_FILE``)."""
+        shape = dict(zip(("state_dim", "key_dim", "dim"), map(str, self.shape)))
+        metadata = {**shape, "threshold": str(threshold), **(meta or {})}
+        tmp = path.with_name(f".{path.name}.tmp")
+        weights = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
+        save_file(weights, str(tmp), metadata=metadata)
+        tmp.replace(path)
+
+
+@dataclass(frozen=True, eq=False)
+class Learnt:
+    """The learnt policy: yes where p = sigmoid(energy(s, h)) > ``threshold``, s the
+    decoder's final-layer state read at the boundary, h the student's last state before it."""
+
+    energy: PolicyEnergy
+    threshold: float = 0.5
+    stride: int = CHUNK_STATES
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        s = next_token.read(boundary).state
+        with torch.no_grad():
+            e = float(self.energy(s, next_token.states[boundary - 1]))
+        return e > math.log(self.threshold / (1 - self.threshold))
+
+    @classmethod
+    def load(cls, path: Path, threshold: float | None = None) -> Learnt:
+        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None)."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
+        energy.load_state_dict(load_file(str(path)))
+        energy.eval()
+        if threshold is None:
+            threshold = float(meta.get("threshold", 0.5))
+        if not 0 < threshold < 1:
+            raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
+        return cls(energy, threshold)
+
+
 class Speller:
     """One segment's streaming reading by Whisper's decoder (greedy: one hypothesis)."""
 
@@ -405,9 +482,9 @@ class Speller:
         suppress = self.model.suppress_begin if not hyp.tokens else self.model.suppress
         last = logprobs[0, -1].masked_fill(suppress, -torch.inf)
         assert scores is not None
-        return Reading(
-            boundary, last, int(last.argmax()), self._attended(scores, mask, boundary), cache
-        )
+        attended = self._attended(scores, mask, boundary)
+        state = self.model.final_state()[0, -1]
+        return Reading(boundary, last, int(last.argmax()), attended, cache, state)
 
     def _attended(self, scores: Tensor, mask: Tensor | None, boundary: int) -> int:
         """The state the alignment heads attend most for the last query (their weights

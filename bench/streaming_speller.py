@@ -7,6 +7,8 @@ On the same utterances, side by side:
                 column): the speller with the :class:`~asr.speller.AtEnd` policy
     attention   the training-free attention-guided policy (Simul-Whisper): a token waits
                 while the alignment heads attend the last f states of the memory read
+    learnt      the learnt policy (``training/speller.py``): Raffel et al.'s p(i, j) from the
+                decoder's state and the student's, yes at p > threshold
     lstm        the bundle's own streaming decoder (greedy, one pass, no language model)
 
 Every system reads the student's states as a session gets them: the audio is fed in
@@ -24,7 +26,8 @@ and the one-thread real-time factor of one stream (the student's encoding includ
 Audio longer than Whisper's 30 s window is read window by window, each a segment.
 
     python bench/streaming_speller.py --manifest data/live/dev.jsonl --limit 100 \\
-        --policy attention:4 attention:8 --beyond silence mask
+        --policy attention:4 attention:8 learnt:exp/speller/speller_policy.safetensors \
+        --beyond silence mask
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from asr.recognizer import Recognizer  # noqa: E402
 from asr.speller import (  # noqa: E402
     AtEnd,
     AttentionGuided,
+    Learnt,
     Policy,
     Speller,
     SpellerModel,
@@ -97,13 +101,22 @@ class Figures:
 
 
 def policy_of(spec: str) -> Policy:
-    """``attention:F`` (the attention-guided policy, F states), ``end`` (the ceiling)."""
+    """``attention:F`` (the attention-guided policy, F states), ``end`` (the ceiling),
+    ``learnt:PATH`` or ``learnt:PATH@THRESHOLD`` (a learnt policy's file)."""
     kind, _, value = spec.partition(":")
     if kind == "attention" and value.isdigit():
         return AttentionGuided(int(value))
     if kind == "end" and not value:
         return AtEnd()
-    raise argparse.ArgumentTypeError(f"{spec!r}: expected attention:F (F states) or end")
+    if kind == "learnt" and value:
+        path, _, threshold = value.partition("@")
+        try:
+            return Learnt.load(Path(path), float(threshold) if threshold else None)
+        except (OSError, ValueError) as err:
+            raise argparse.ArgumentTypeError(f"{spec!r}: {err}") from None
+    raise argparse.ArgumentTypeError(
+        f"{spec!r}: expected attention:F (F states), end or learnt:PATH[@THRESHOLD]"
+    )
 
 
 def systems_of(policies: list[str], beyonds: list[str]) -> list[System]:
@@ -276,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "--policy",
         nargs="+",
         default=["attention:4", "attention:8"],
-        help="speller policies: attention:F (F states), end",
+        help="speller policies: attention:F (F states), end, learnt:PATH[@THRESHOLD]",
     )
     parser.add_argument(
         "--beyond",
