@@ -340,6 +340,7 @@ class PolicyEnergy(MonotonicEnergy):
         tmp = path.with_name(f".{path.name}.tmp")
         weights = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
         save_file(weights, str(tmp), metadata=metadata)
+        tmp.chmod(0o644)  # save_file's file is private to its owner; a bundle is to share
         tmp.replace(path)
 
 

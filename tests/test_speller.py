@@ -347,6 +347,6 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
     energy = PolicyEnergy(8, 6, 4)
     energy.save(tmp_path / "p.safetensors", threshold=0.7)
     loaded = Learnt.load(tmp_path / "p.safetensors")
-    assert loaded.threshold == 0.7 and math.isclose(float(loaded.energy.r), -4.0)
+    assert loaded.threshold == 0.7 and math.isclose(float(loaded.energy.r.detach()), -4.0)
     s, h = torch.randn(8), torch.randn(6)
     assert float(loaded.energy(s, h)) == pytest.approx(float(energy(s, h)))

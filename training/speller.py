@@ -96,8 +96,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
+    trainer.meta = {"student_sha1": student_sha1(args.model)}
     trainer.fit(args.epochs, resume=args.resume)
     return 0
+
+
+def student_sha1(bundle: Path) -> str:
+    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
+    digest = hashlib.sha1()
+    with open(bundle / "whisper_encoder.safetensors", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 # -- grids -------------------------------------------------------------------------------
@@ -358,6 +368,7 @@ class PolicyTrainer:
         self.seed = seed
         self.energy = PolicyEnergy(grids[0].s.shape[-1], grids[0].h.shape[-1])
         self.optimizer = torch.optim.Adam(self.energy.parameters(), lr=lr)
+        self.meta: dict[str, str] = {}  # recorded in the policy file
         out.mkdir(parents=True, exist_ok=True)
 
     def fit(self, epochs: int, resume: bool = False, noise: float = 1.0) -> PolicyEnergy:
@@ -388,9 +399,8 @@ class PolicyTrainer:
                 | {"epoch": epoch + 1},
                 self.out / "last.pt",
             )
-            self.energy.save(
-                self.out / POLICY_FILE, meta={"epochs": str(epoch + 1), "lambda": str(self.weight)}
-            )
+            meta = self.meta | {"epochs": str(epoch + 1), "lambda": str(self.weight)}
+            self.energy.save(self.out / POLICY_FILE, meta=meta)
         return self.energy
 
     def step(self, batch: list[Grid], noise: float) -> np.ndarray:
