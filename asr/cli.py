@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "import-whisper": "training.whisper_import",
     "distill": "training.distill",
     "pseudo-label": "training.pseudo_label",
+    "train-speller": "training.speller",
 }
 
 

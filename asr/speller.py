@@ -1,0 +1,498 @@
+"""Whisper's decoder made to stream: a policy decides *when* each token is spoken, the
+decoder decides *which*.
+
+The streaming student's states arrive 16 at a time (320 ms). A :class:`Speller` keeps, for
+one segment:
+
+- the memory: every layer's cross-attention keys and values of each state, computed once
+  when the state arrives and kept for the segment (:class:`GrowingMemory`);
+- per hypothesis (:class:`Hypothesis`; greedy has one, a beam would hold several): the
+  tokens emitted so far, each with its *boundary* (the states it was read from), the
+  *pointer* (the last token's boundary), how far the scan for the next token has gone,
+  and the decoder's self-attention keys and values of every position fed so far.
+
+Token i is read from the memory up to its boundary t(i) >= t(i-1) (monotonic infinite
+lookback): the position that predicts it, the previous token's, is fed with the memory cut
+at t(i), and its self-attention keys and values are kept as they were then, never
+recomputed. What lies beyond the boundary is a setting (:attr:`SpellerOptions.beyond`):
+hidden by the mask, or read as the teacher's encoded silence, as Whisper's finals read the
+rest of their 30 s window (:mod:`asr.whisper_finals`).
+
+For the next token the speller scans candidate boundaries from where the last scan
+stopped, every :attr:`Policy.stride` states, and asks the :class:`Policy` at each whether
+the token may be spoken from there; the first yes emits the decoder's most likely token
+read at that boundary. No yes by the last state that has arrived: the token waits for
+the next chunk. Policies:
+
+- :class:`Immediate` and :class:`AtEnd` (trivial: at the first candidate; only when the
+  segment closes, which is the decoder reading the whole memory);
+- :class:`AttentionGuided` (Simul-Whisper, Wang et al. 2024, training-free): yes unless
+  Whisper's alignment heads put the token's attention within the last ``frames`` states
+  of the memory read (or beyond it);
+- :class:`Learnt` (Raffel et al. 2017: p(i, j) = sigmoid(energy(s(i-1), h(j))), yes at
+  p > 0.5): s(i-1) is the decoder's final-layer state at the position that predicts the
+  token, read at the boundary (:attr:`Reading.state`), h(j) the student's last state before
+  the boundary; the energy (:class:`~asr.attention.MonotonicEnergy`, eq. 16) is trained in
+  expectation over boundaries (``training/speller.py``) and shipped as
+  ``speller_policy.safetensors``.
+
+Whatever the policy, the speller never lets the end of text out before the segment
+closes: where the decoder's most likely next token is the end, the memory so far says
+nothing more, and the token waits (a memory cut mid-word must not end the sentence). At
+the close, every token still to come is read from the whole memory until the end.
+
+Candidate boundaries fall on multiples of the stride, whatever the audio chunking, and the
+states a segment's close brings are read whole: a speller fed states as a session gets
+them emits the same tokens at the same boundaries as one fed them all at once before the
+close (:meth:`Speller.accept` then :meth:`Speller.finish`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from asr.attention import MonotonicEnergy
+from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
+from asr.whisper_encoder import WhisperEncoder
+from asr.whisper_features import SAMPLE_RATE, log_mel
+from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW
+from asr.whisper_text import WhisperVocabulary
+
+CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
+POLICY_FILE = "speller_policy.safetensors"  # a bundle's learnt policy, if it carries one
+
+
+@dataclass(frozen=True)
+class SpellerOptions:
+    """How a speller reads (one frozen object per session)."""
+
+    # what the decoder reads past a token's boundary: "silence", the teacher's encoded
+    # silence (as Whisper's finals read the rest of their window), or "mask": nothing
+    beyond: Literal["silence", "mask"] = "silence"
+    # most tokens of one segment (Whisper's own limit is half its 448 positions)
+    max_tokens: int = 224
+
+    def __post_init__(self) -> None:
+        if self.beyond not in ("silence", "mask"):
+            raise ValueError(f"beyond must be 'silence' or 'mask', got {self.beyond!r}")
+        if not 1 <= self.max_tokens <= 224:
+            raise ValueError(f"max_tokens must be 1 to 224, got {self.max_tokens}")
+
+
+class SpellerModel:
+    """What every stream's speller shares: Whisper's decoder, its vocabulary and token rules
+    (as suppression masks) and the memory of a silent window as the teacher encodes it."""
+
+    def __init__(
+        self,
+        decoder: WhisperTextDecoder,
+        rules: TokenRules,
+        vocabulary: WhisperVocabulary,
+        silence: Memory,
+    ) -> None:
+        self.decoder = decoder
+        self.rules = rules
+        self.vocabulary = vocabulary
+        self.silence = silence
+        size = len(decoder.embed.weight)
+        self.suppress = torch.zeros(size, dtype=torch.bool)
+        self.suppress[list(rules.suppress)] = True
+        self.suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
+        self.suppress_begin = self.suppress.clone()
+        self.suppress_begin[list(rules.suppress_begin)] = True
+        # the decoder's final-layer state (its last norm's output) of this thread's last
+        # step: the decoder's step returns log-probabilities only, and the decoder is shared
+        # with other threads (the finals' own), so each thread keeps its own
+        self._final = threading.local()
+        decoder.norm.register_forward_hook(self._keep_final)
+
+    def _keep_final(self, module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
+        self._final.state = output
+
+    def final_state(self) -> Tensor:
+        """The decoder's final-layer states [B, n, d] of this thread's last step."""
+        return self._final.state
+
+    @classmethod
+    @torch.inference_mode()
+    def of(
+        cls,
+        decoder: WhisperTextDecoder,
+        rules: TokenRules,
+        vocabulary: WhisperVocabulary,
+        teacher: WhisperEncoder,
+    ) -> SpellerModel:
+        """The shared part, with the silent window encoded by ``teacher`` now."""
+        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
+        silence = decoder.memory(teacher.encode_whole(mel, None)[None])
+        return cls(decoder, rules, vocabulary, silence)
+
+    @property
+    def end(self) -> int:
+        return self.vocabulary.end
+
+
+class GrowingMemory:
+    """One segment's memory: each layer's cross-attention keys and values of the states so
+    far, computed once per state, in buffers that grow by doubling. With encoded silence
+    (``silence`` given) a layer's buffer holds the silent window's 1500 states first and
+    the segment's after them, so that the memory cut at any boundary is a view of it and a
+    mask: the segment's states before the boundary, the silence's from the boundary on."""
+
+    def __init__(self, decoder: WhisperTextDecoder, silence: Memory | None) -> None:
+        self.decoder = decoder
+        self.offset = 0 if silence is None else silence[0][0].shape[2]
+        heads = decoder.layers[0].heads
+        shape = (1, heads, self.offset + STATES_PER_WINDOW, decoder.embed.weight.shape[1] // heads)
+        self._buffers: list[tuple[Tensor, Tensor]] = []
+        for layer in range(len(decoder.layers)):
+            keys, values = torch.zeros(shape), torch.zeros(shape)
+            if silence is not None:
+                keys[:, :, : self.offset] = silence[layer][0]
+                values[:, :, : self.offset] = silence[layer][1]
+            self._buffers.append((keys, values))
+        self.length = 0  # states of the segment
+
+    def add(self, states: Tensor) -> None:
+        """Append encoder states [n, d]."""
+        if not len(states):
+            return
+        end = self.offset + self.length + len(states)
+        if end > self._buffers[0][0].shape[2]:
+            grow = max(end, 2 * self._buffers[0][0].shape[2]) - self._buffers[0][0].shape[2]
+            self._buffers = [(_grown(k, grow), _grown(v, grow)) for k, v in self._buffers]
+        start = self.offset + self.length
+        for (keys, values), (k, v) in zip(self._buffers, self.decoder.memory(states[None])):
+            keys[:, :, start:end] = k
+            values[:, :, start:end] = v
+        self.length += len(states)
+
+    def cut(self, boundary: int) -> tuple[Memory, Tensor | None]:
+        """The memory read up to ``boundary`` (1 to :attr:`length` states) and its mask
+        ([1, slots], None: every slot)."""
+        if not 0 < boundary <= self.length:
+            raise ValueError(f"a boundary must be 1 to {self.length} states, got {boundary}")
+        if self.offset == 0:
+            return [(k[:, :, :boundary], v[:, :, :boundary]) for k, v in self._buffers], None
+        slots = self.offset + self.length
+        memory = [(k[:, :, :slots], v[:, :, :slots]) for k, v in self._buffers]
+        index = torch.arange(slots)
+        own = index - self.offset
+        mask = torch.where(index < self.offset, index >= boundary, own < boundary)
+        return memory, mask[None]
+
+    def state_of(self, slots: Tensor) -> Tensor:
+        """The segment's state index of each memory slot (negative: a slot of silence)."""
+        return slots - self.offset
+
+
+def _grown(x: Tensor, more: int) -> Tensor:
+    return torch.cat([x, x.new_zeros(*x.shape[:2], more, x.shape[3])], dim=2)
+
+
+@dataclass
+class Reading:
+    """The decoder's next token read from the memory up to ``boundary``: its log-probs
+    (suppressed tokens at -inf), the most likely ``token``, where the alignment heads
+    attend (``attended``: the most attended state; ``boundary`` itself when that lies
+    beyond it, in encoded silence), the cache with the fed positions as read here, and the
+    decoder's final-layer ``state`` [d] at the position that predicts the token."""
+
+    boundary: int
+    logprobs: Tensor
+    token: int
+    attended: int
+    cache: DecoderCache
+    state: Tensor
+
+
+@dataclass
+class Emission:
+    """A token let out: the states it was read from (its boundary)."""
+
+    token: int
+    boundary: int
+
+
+@dataclass
+class Hypothesis:
+    """One hypothesis of a segment: its tokens and their boundaries, the positions still to
+    feed the decoder (the prompt, then the last token), how far the scan for the next token
+    has gone, and the decoder's self-attention keys and values of the positions fed."""
+
+    pending: list[int]
+    tokens: list[int] = field(default_factory=list)
+    boundaries: list[int] = field(default_factory=list)
+    scanned: int = 0  # candidate boundaries up to this one said no for the next token
+    past: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def pointer(self) -> int:
+        """The last token's boundary (0 before the first)."""
+        return self.boundaries[-1] if self.boundaries else 0
+
+    def emit(self, reading: Reading) -> None:
+        self.tokens.append(reading.token)
+        self.boundaries.append(reading.boundary)
+        self.past = reading.cache.past
+        self.pending = [reading.token]
+        self.scanned = reading.boundary - 1  # the next token may come from the same boundary
+
+
+class NextToken:
+    """What a policy sees of one hypothesis's next token: the tokens so far, the pointer,
+    the encoder states that have arrived, and the decoder's reading at any boundary
+    (memoised: the speller emits the reading the policy looked at)."""
+
+    def __init__(self, speller: Speller, hypothesis: Hypothesis) -> None:
+        self._speller = speller
+        self.hypothesis = hypothesis
+        self._readings: dict[int, Reading] = {}
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.hypothesis.tokens
+
+    @property
+    def pointer(self) -> int:
+        return self.hypothesis.pointer
+
+    @property
+    def states(self) -> Tensor:
+        """The segment's encoder states so far [S, d]."""
+        return self._speller.states
+
+    def read(self, boundary: int) -> Reading:
+        if boundary not in self._readings:
+            self._readings[boundary] = self._speller.read(self.hypothesis, boundary)
+        return self._readings[boundary]
+
+
+class Policy(Protocol):
+    """When the next token may be spoken. The speller asks at candidate boundaries every
+    ``stride`` states, in increasing order from the pointer, and emits at the first yes."""
+
+    stride: int
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        """Whether the next token may be read from the memory up to ``boundary`` now."""
+        ...
+
+
+@dataclass(frozen=True)
+class Immediate:
+    """At the first candidate boundary (the pointer's chunk, or the first)."""
+
+    stride: int = CHUNK_STATES
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class AtEnd:
+    """Never before the segment closes: the decoder reads the whole memory."""
+
+    stride: int = CHUNK_STATES
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class AttentionGuided:
+    """Simul-Whisper's rule: the token is spoken unless the alignment heads' attention, read
+    at the boundary, falls within its last ``frames`` states (or beyond): the decoder is
+    then reading the edge of what has arrived, and may be guessing a word cut off there."""
+
+    frames: int
+    stride: int = CHUNK_STATES
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        return next_token.read(boundary).attended < boundary - self.frames
+
+
+class PolicyEnergy(MonotonicEnergy):
+    """Raffel et al.'s eq. 16 between the decoder's final-layer state s [..., d_s] and the
+    student's state at the boundary h [..., d_h]: g v/|v| . tanh(W s + V h + b) + r."""
+
+    def __init__(self, state_dim: int = 512, key_dim: int = 512, dim: int = 128) -> None:
+        super().__init__(state_dim, key_dim, dim, init_r=-4.0, init_g=None)
+        self.shape = (state_dim, key_dim, dim)
+
+    def forward(self, s: Tensor, h: Tensor) -> Tensor:
+        return self.score(self.query(s), self.keys(h))
+
+    def save(self, path: Path, threshold: float = 0.5, meta: dict[str, str] | None = None) -> None:
+        """Weights and shape in a safetensors file a bundle can carry (``POLICY_FILE``)."""
+        shape = dict(zip(("state_dim", "key_dim", "dim"), map(str, self.shape)))
+        metadata = {**shape, "threshold": str(threshold), **(meta or {})}
+        tmp = path.with_name(f".{path.name}.tmp")
+        weights = {k: v.detach().float().contiguous() for k, v in self.state_dict().items()}
+        save_file(weights, str(tmp), metadata=metadata)
+        tmp.chmod(0o644)  # save_file's file is private to its owner; a bundle is to share
+        tmp.replace(path)
+
+
+@dataclass(frozen=True, eq=False)
+class Learnt:
+    """The learnt policy: yes where p = sigmoid(energy(s, h)) > ``threshold``, s the
+    decoder's final-layer state read at the boundary, h the student's last state before it."""
+
+    energy: PolicyEnergy
+    threshold: float = 0.5
+    stride: int = CHUNK_STATES
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        s = next_token.read(boundary).state
+        with torch.no_grad():
+            e = float(self.energy(s, next_token.states[boundary - 1]))
+        return e > math.log(self.threshold / (1 - self.threshold))
+
+    @classmethod
+    def load(cls, path: Path, threshold: float | None = None) -> Learnt:
+        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None)."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
+        energy.load_state_dict(load_file(str(path)))
+        energy.eval()
+        if threshold is None:
+            threshold = float(meta.get("threshold", 0.5))
+        if not 0 < threshold < 1:
+            raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
+        return cls(energy, threshold)
+
+
+class Speller:
+    """One segment's streaming reading by Whisper's decoder (greedy: one hypothesis)."""
+
+    def __init__(
+        self, model: SpellerModel, policy: Policy, options: SpellerOptions | None = None
+    ) -> None:
+        self.model = model
+        self.policy = policy
+        self.options = options or SpellerOptions()
+        silence = model.silence if self.options.beyond == "silence" else None
+        self.memory = GrowingMemory(model.decoder, silence)
+        self._states: list[Tensor] = []
+        self.hypothesis = Hypothesis(list(model.vocabulary.prompt))
+        self.closed = False
+
+    @property
+    def states(self) -> Tensor:
+        if len(self._states) > 1:
+            self._states = [torch.cat(self._states)]
+        return self._states[0] if self._states else torch.zeros(0, 512)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.hypothesis.tokens
+
+    @property
+    def text(self) -> str:
+        return self.model.vocabulary.decode(self.tokens)
+
+    @torch.inference_mode()
+    def accept(self, states: Tensor | np.ndarray) -> list[Emission]:
+        """Add encoder states [n, d] of the segment; the tokens the policy lets out now."""
+        if self.closed:
+            raise ValueError("accept() after finish()")
+        self._add(states)
+        return self._scan(self.hypothesis)
+
+    @torch.inference_mode()
+    def finish(self, states: Tensor | np.ndarray | None = None) -> list[Emission]:
+        """Close the segment, with its last states if any: every token still to come, read
+        from the whole memory, until the end of text."""
+        if self.closed:
+            raise ValueError("finish() called twice")
+        if states is not None:
+            self._add(states)
+        self.closed = True
+        hyp = self.hypothesis
+        emitted: list[Emission] = []
+        while not hyp.done and self.memory.length:
+            reading = self.read(hyp, self.memory.length)
+            if not self._may_say(hyp, reading):  # the end, or a loop: the segment ends
+                loop = loop_start([*hyp.tokens, reading.token], shortest_span=LOOP_SPAN)
+                if loop is not None:  # the final keeps the text before the repeats
+                    del hyp.tokens[loop:], hyp.boundaries[loop:]
+                break
+            emitted += self._emit(hyp, reading)
+        hyp.done = True
+        return emitted
+
+    def _add(self, states: Tensor | np.ndarray) -> None:
+        states = torch.as_tensor(states, dtype=torch.float32)
+        if len(states):
+            self._states.append(states)
+            self.memory.add(states)
+
+    def _scan(self, hyp: Hypothesis) -> list[Emission]:
+        """Emit every token the policy lets out from the states so far."""
+        emitted: list[Emission] = []
+        stride = self.policy.stride
+        while not hyp.done:
+            view = NextToken(self, hyp)
+            first = (hyp.scanned // stride + 1) * stride
+            reading = None
+            for boundary in range(first, self.memory.length + 1, stride):
+                hyp.scanned = boundary
+                if self.policy.emits(view, boundary) and self._may_say(hyp, view.read(boundary)):
+                    reading = view.read(boundary)
+                    break
+            if reading is None:
+                return emitted
+            emitted += self._emit(hyp, reading)
+        return emitted
+
+    def _may_say(self, hyp: Hypothesis, reading: Reading) -> bool:
+        """Whether an open segment may let ``reading``'s token out: not the end (the memory
+        so far says nothing more), nor a token that makes the text a loop (the decoder is
+        stuck on the memory so far): either waits for more states."""
+        if reading.token == self.model.end:
+            return False
+        return loop_start([*hyp.tokens, reading.token], shortest_span=LOOP_SPAN) is None
+
+    def _emit(self, hyp: Hypothesis, reading: Reading) -> list[Emission]:
+        hyp.emit(reading)
+        hyp.done = len(hyp.tokens) >= self.options.max_tokens
+        return [Emission(reading.token, reading.boundary)]
+
+    def read(self, hyp: Hypothesis, boundary: int) -> Reading:
+        """The decoder's reading of ``hyp``'s next token from the memory up to ``boundary``."""
+        memory, mask = self.memory.cut(boundary)
+        cache = DecoderCache(hyp.past, memory, mask)
+        heads = self.model.rules.alignment_heads
+        logprobs, cache, scores = self.model.decoder.step(
+            torch.tensor([hyp.pending]), cache, scores_of=heads
+        )
+        suppress = self.model.suppress_begin if not hyp.tokens else self.model.suppress
+        last = logprobs[0, -1].masked_fill(suppress, -torch.inf)
+        assert scores is not None
+        attended = self._attended(scores, mask, boundary)
+        state = self.model.final_state()[0, -1]
+        return Reading(boundary, last, int(last.argmax()), attended, cache, state)
+
+    def _attended(self, scores: Tensor, mask: Tensor | None, boundary: int) -> int:
+        """The state the alignment heads attend most for the last query (their weights
+        averaged), or ``boundary`` when that is a slot of silence."""
+        last = scores[0, :, -1]  # [heads, slots]
+        if mask is not None:
+            last = last.masked_fill(~mask, -torch.inf)
+        slot = int(last.softmax(-1).mean(0).argmax())
+        state = int(self.memory.state_of(torch.tensor(slot)))
+        return state if state >= 0 else boundary

@@ -1,0 +1,353 @@
+"""The streaming speller (asr.speller): Whisper's decoder reading the bundled student's
+states as a session gets them, its policies, and the rules that keep it honest; the learnt
+policy (training/speller.py): its loss against a float64 step-by-step reference, its grids
+against the speller's own readings, and a tiny policy trained here that streams as it
+decodes offline and speaks before the audio ends."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import torch
+
+from asr.audio import read_audio
+from asr.bundle import load_model
+from asr.frontend import Frontend
+from asr.speller import (
+    AtEnd,
+    AttentionGuided,
+    Immediate,
+    Learnt,
+    NextToken,
+    Policy,
+    PolicyEnergy,
+    Speller,
+    SpellerModel,
+    SpellerOptions,
+)
+from asr.whisper_decoder import WhisperTextDecoder
+from asr.whisper_finals import STATES_PER_WINDOW
+from tests.test_bundled_model import HELDOUT, MODEL
+from tests.test_streaming import chunk_sizes
+from training.speller import (
+    PolicyTrainer,
+    boundaries_of,
+    expected_boundary_loss,
+    grid,
+    load_grid,
+)
+
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def bundle() -> tuple[Frontend, SpellerModel]:
+    recognizer = load_model(MODEL)
+    finals = recognizer.whisper_finals()
+    assert finals is not None and recognizer.frontend is not None
+    model = SpellerModel.of(finals.decoder, finals.rules, finals.vocabulary, finals.teacher)
+    return recognizer.frontend, model
+
+
+def heldout(split: str, index: int) -> tuple[np.ndarray, str]:
+    row = json.loads((HELDOUT / f"{split}.jsonl").read_text().splitlines()[index])
+    samples, rate = read_audio(HELDOUT / row["audio"])
+    assert rate == RATE
+    return samples, row["text"]
+
+
+def arrivals(frontend: Frontend, samples: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """The student's states as a session gets them: per audio chunk, then the close's."""
+    stream = frontend.stream()
+    got, start = [], 0
+    for size in sizes:
+        got.append(stream.accept(samples[start : start + size]))
+        start += size
+    return [*got, stream.finish()]
+
+
+def spell(
+    model: SpellerModel, policy: Policy, batches: list[np.ndarray], beyond: str = "silence"
+) -> tuple[Speller, list[bool]]:
+    """A speller fed ``batches`` (the last at the close), and per token whether it came out
+    before the close."""
+    speller = Speller(model, policy, SpellerOptions(beyond=beyond))  # type: ignore[arg-type]
+    early = [True for batch in batches[:-1] for _ in speller.accept(batch)]
+    return speller, early + [False] * len(speller.finish(batches[-1]))
+
+
+@pytest.mark.parametrize(
+    ("chunking", "beyond"), [("10ms", "silence"), ("random", "mask"), ("1s", "silence")]
+)
+def test_streaming_equals_offline(
+    bundle: tuple[Frontend, SpellerModel], chunking: str, beyond: str
+) -> None:
+    """Fed states as a session gets them (audio in 10 ms, random or 1 s chunks), the speller
+    emits the tokens, at the boundaries, of one fed every state before the close at once."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 0)
+    streamed = arrivals(frontend, samples, chunk_sizes(chunking, RATE, len(samples)))
+    whole = arrivals(frontend, samples, [len(samples)])
+    assert sum(map(len, streamed)) == sum(map(len, whole))
+    policy = AttentionGuided(8)
+    online, early = spell(model, policy, streamed, beyond)
+    offline, _ = spell(model, policy, [np.concatenate(whole[:-1]), whole[-1]], beyond)
+    assert online.tokens == offline.tokens and len(online.tokens) > 3
+    assert online.hypothesis.boundaries == offline.hypothesis.boundaries
+    assert any(early)
+
+
+def test_at_end_reads_the_whole_memory_as_the_ceiling_does(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """The only-at-the-end policy says nothing before the close, then exactly what Whisper's
+    greedy decoder says under its token rules reading the whole memory (the student's
+    states, then the teacher's encoded silence): "-5 degrees" here, which the rules make
+    "minus five degrees"."""
+    frontend, model = bundle
+    samples, _ = heldout("test_unseen_voices", 1)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    speller, early = spell(model, AtEnd(), batches)
+    states = torch.from_numpy(np.concatenate(batches))
+    padded = torch.zeros(1, STATES_PER_WINDOW, states.shape[1])
+    padded[0, : len(states)] = states
+    memory = WhisperTextDecoder.cut(
+        model.decoder.memory(padded), model.silence, torch.tensor([len(states)])
+    )
+    ceiling: list[int] = []  # Whisper's greedy under its token rules, each step from scratch
+    with torch.inference_mode():
+        while len(ceiling) < 100:
+            sequence = torch.tensor([[*model.vocabulary.prompt, *ceiling]])
+            suppress = model.suppress if ceiling else model.suppress_begin
+            best = int(model.decoder(sequence, memory)[0, -1].masked_fill(suppress, -1e9).argmax())
+            if best == model.end:
+                break
+            ceiling.append(best)
+    assert speller.tokens == ceiling and not any(early)
+    assert set(speller.hypothesis.boundaries) == {len(states)}
+
+
+@dataclass
+class Asked:
+    """Immediate, remembering at which boundaries it was asked for each token."""
+
+    stride: int = 16
+    asked: dict[int, list[int]] = field(default_factory=dict)
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        self.asked.setdefault(len(next_token.tokens), []).append(boundary)
+        return True
+
+
+def test_immediate_emits_at_the_first_boundary_unless_the_decoder_would_end(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """Emit-at-once: each token comes from the first boundary it is asked at, except where
+    the decoder's most likely next token is the end: a memory cut mid-word (the first
+    320 ms of "the census bureau ...") makes Whisper end its guess, and the end waits for
+    more states rather than ending the segment."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 0)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    policy = Asked()
+    speller, _ = spell(model, policy, batches)
+    boundaries = speller.hypothesis.boundaries
+    assert boundaries[0] == 16
+    waited = [i for i, asks in policy.asked.items() if len(asks) > 1]
+    assert waited, "the decoder never wanted the end before the close"
+    for i, asks in policy.asked.items():
+        if i < len(boundaries) and boundaries[i] < len(np.concatenate(batches[:-1])):
+            assert boundaries[i] == asks[-1]  # emitted at the last boundary it was asked at
+    assert model.end not in speller.tokens
+    # after its guess (a whole sentence from 320 ms), the end waited at every chunk
+    heard = len(np.concatenate(batches[:-1]))
+    assert policy.asked[len(boundaries)] == list(range(16, heard + 1, 16))
+
+
+def test_a_cut_mid_word_does_not_end_the_segment(bundle: tuple[Frontend, SpellerModel]) -> None:
+    """States up to 0.96 s of a 3 s sentence: whatever was said, the segment is still open,
+    and the rest of the sentence follows once the rest of the states arrive."""
+    frontend, model = bundle
+    samples, text = heldout("test_seen_voices", 0)
+    states = np.concatenate(arrivals(frontend, samples, [len(samples)]))
+    speller = Speller(model, Immediate())
+    said = speller.accept(states[:48])
+    assert not speller.hypothesis.done and all(e.token != model.end for e in said)
+    speller.accept(states[48:-10])
+    speller.finish(states[-10:])
+    assert speller.text.lower().startswith(("the census", "the sense"))
+
+
+@dataclass(frozen=True)
+class FromState:
+    """A policy of the test's own: nothing before ``first`` states, then at once."""
+
+    first: int
+    stride: int = 16
+
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        return boundary >= self.first
+
+
+@pytest.mark.parametrize(("split", "index"), [("test_seen_voices", 2), ("test_unseen_voices", 3)])
+def test_first_tokens_come_before_the_audio_ends(
+    bundle: tuple[Frontend, SpellerModel], split: str, index: int
+) -> None:
+    """The attention-guided policy lets the first tokens out while the audio goes on, and a
+    policy of one's own plugs in: it is asked only from the pointer on, in order."""
+    frontend, model = bundle
+    samples, _ = heldout(split, index)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    speller, early = spell(model, AttentionGuided(8), batches)
+    assert early and early[0], speller.text
+    late, _ = spell(model, FromState(48), batches)
+    assert min(late.hypothesis.boundaries) >= 48
+    assert late.hypothesis.boundaries == sorted(late.hypothesis.boundaries)
+
+
+def reference_loss(energy, logp, late, tokens, bounds, weight):  # noqa: ANN001, ANN201
+    """The loss step by step in float64: Raffel's recurrence over boundaries, one token at
+    a time, p at each row's close 1."""
+    total, count = 0.0, 0
+    for b in range(energy.shape[0]):
+        width = int(bounds[b].sum())
+        previous = [1.0] + [0.0] * (width - 1)
+        for i in range(int(tokens[b].sum())):
+            p = [torch.sigmoid(energy[b, i, j]) for j in range(width - 1)] + [1.0]
+            q, alpha = 0.0, []
+            for j in range(width):
+                q = (1 - p[j - 1]) * q + previous[j] if j else previous[0]
+                alpha.append(p[j] * q)
+            like = sum(a * torch.exp(logp[b, i, j]) for j, a in enumerate(alpha))
+            total = (
+                total
+                - torch.log(like)
+                + weight * sum(a * late[b, i, j] for j, a in enumerate(alpha))
+            )
+            count += 1
+            previous = alpha
+    return total / count
+
+
+def test_expected_boundary_loss_matches_a_float64_reference() -> None:
+    """Value and gradient (energies and log-probabilities), on a small random grid with
+    rows of different lengths, energies wide enough that p saturates at places."""
+    torch.manual_seed(0)
+    energy = (4 * torch.randn(3, 5, 7, dtype=torch.float64)).requires_grad_()
+    logp = (-3 * torch.rand(3, 5, 7, dtype=torch.float64)).requires_grad_()
+    late = torch.rand(3, 5, 7, dtype=torch.float64)
+    tokens = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    bounds = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], dtype=torch.bool)
+    want = reference_loss(energy, logp, late, tokens, bounds, 0.7)
+    want_grads = torch.autograd.grad(want, (energy, logp))
+    got, _, _ = expected_boundary_loss(
+        energy.float(), logp.float(), late.float(), tokens, bounds, 0.7
+    )
+    got_grads = torch.autograd.grad(got, (energy, logp))
+    assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_the_grid_is_what_the_speller_reads(bundle: tuple[Frontend, SpellerModel]) -> None:
+    """A grid's log P(y_i | b_j) is the speller's reading of token i at b_j once tokens
+    before it were emitted at their reference boundaries."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 0)
+    states = torch.from_numpy(np.concatenate(arrivals(frontend, samples, [len(samples)])))
+    whole = Speller(model, AtEnd())
+    whole.finish(states)
+    sentence = whole.tokens[:4]  # targets: the speller's own reading of the whole memory
+    g = grid(model, states, sentence, [16, 20, 40, 70], len(samples) / RATE)
+    bounds = boundaries_of(len(states))
+    speller = Speller(model, AtEnd())
+    speller.accept(states)
+    hyp = speller.hypothesis
+    with torch.inference_mode():
+        for i, token in enumerate(sentence):
+            for j in (0, 2, len(bounds) - 1):
+                reading = speller.read(hyp, bounds[j])
+                got = float(reading.logprobs[token])
+                assert got == pytest.approx(float(g["logp"][i, j]), abs=1e-4)
+            reading = speller.read(hyp, int(g["refs"][i]))
+            reading.token = token
+            hyp.emit(reading)
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(
+    bundle: tuple[Frontend, SpellerModel], tmp_path_factory: pytest.TempPathFactory
+) -> Learnt:
+    """A policy trained here for seconds on four held-out synthetic utterances (their
+    Whisper readings as targets), with a latency weight that makes it speak early."""
+    from asr.bundle import load_model
+    from asr.config import WhisperFinalsConfig
+    from tests.test_bundled_model import MODEL
+
+    frontend, model = bundle
+    finals = load_model(MODEL).whisper_finals()
+    assert finals is not None
+    out = tmp_path_factory.mktemp("policy")
+    grids = []
+    for k in range(4):
+        samples, _ = heldout("test_seen_voices", k)
+        stream = frontend.stream()
+        stream.keep = True  # type: ignore[attr-defined]
+        states = np.concatenate([stream.accept(samples), stream.finish()])
+        mel = stream.mel_between(0, 1 << 30)  # type: ignore[attr-defined]
+        text = finals.transcribe([mel], WhisperFinalsConfig(beam_size=1))[0]
+        path = out / f"{k}.npz"
+        np.savez(
+            path,
+            **grid(model, torch.from_numpy(states), text.tokens, text.ends, len(samples) / RATE),
+        )
+        grids.append(load_grid(path))
+    trainer = PolicyTrainer([g for g in grids if g is not None], out, 2.0, 1e-2, 4, 0)
+    trainer.fit(60)
+    return Learnt.load(out / "speller_policy.safetensors")
+
+
+@pytest.mark.parametrize("chunking", ["10ms", "random", "1s"])
+def test_a_learnt_policy_streams_as_it_decodes_offline(
+    bundle: tuple[Frontend, SpellerModel],
+    tiny_policy: Learnt,
+    chunking: str,
+) -> None:
+    """Streamed in any chunking, the tiny learnt policy emits the tokens, at the
+    boundaries, it emits fed every state at once, and its first tokens before the close."""
+    frontend, model = bundle
+    samples, _ = heldout("test_unseen_voices", 3)
+    streamed = arrivals(frontend, samples, chunk_sizes(chunking, RATE, len(samples)))
+    whole = arrivals(frontend, samples, [len(samples)])
+    online, early = spell(model, tiny_policy, streamed)
+    offline, _ = spell(model, tiny_policy, [np.concatenate(whole[:-1]), whole[-1]])
+    assert online.tokens == offline.tokens and len(online.tokens) > 3
+    assert online.hypothesis.boundaries == offline.hypothesis.boundaries
+    assert early and early[0], "the first token waited for the close"
+
+
+def test_a_memory_cut_mid_word_does_not_end_the_sentence(
+    bundle: tuple[Frontend, SpellerModel],
+    tiny_policy: Learnt,
+) -> None:
+    """0.96 s of a 3 s sentence under the learnt policy: no end of text, the segment open."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 0)
+    states = np.concatenate(arrivals(frontend, samples, [len(samples)]))
+    speller = Speller(model, tiny_policy)
+    said = speller.accept(states[:48])
+    assert not speller.hypothesis.done and all(e.token != model.end for e in said)
+
+
+def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
+    energy = PolicyEnergy(8, 6, 4)
+    energy.save(tmp_path / "p.safetensors", threshold=0.7)
+    loaded = Learnt.load(tmp_path / "p.safetensors")
+    assert loaded.threshold == 0.7 and math.isclose(float(loaded.energy.r.detach()), -4.0)
+    s, h = torch.randn(8), torch.randn(6)
+    with torch.no_grad():
+        assert float(loaded.energy(s, h)) == pytest.approx(float(energy(s, h)))

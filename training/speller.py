@@ -1,0 +1,416 @@
+"""Train the streaming speller's learnt policy: when Whisper's frozen decoder may speak.
+
+Raffel et al.'s monotonic attention over *boundaries* (the student's chunk ends, every 16
+states, then the segment's close) decides when token i is spoken; Whisper's decoder, frozen,
+decides which (``asr/speller.py``). Training is in expectation, in two stages:
+
+1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
+   Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
+   finals write it), with each token's end from the alignment heads over the whole memory
+   (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
+   r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
+   student's states, then encoded silence, as the speller reads them. For every token i
+   and boundary b_j: the decoder's final-layer state s(i, j) at the position that predicts
+   y_i and log P(y_i | y_<i, memory < b_j), the earlier positions read at their own
+   reference boundaries (as the speller keeps them: each position read at the boundary of
+   the token it predicted, the prompt at the first token's).
+2. The energy (:class:`asr.speller.PolicyEnergy`, eq. 16, r from -4, unit pre-sigmoid
+   noise) on the cached grids: p(i, j) = sigmoid(energy(s(i, j), h(b_j))), p at the close
+   forced to 1, alpha(i, j) by the exact scan of ``asr.attention``, and per token
+
+       loss = -log sum_j alpha(i, j) P(y_i | j) + lambda sum_j alpha(i, j) max(0, t(b_j) - e_i)
+
+   with t(b_j) when the boundary's states have arrived and e_i the end of y_i's word.
+
+    asr train-speller --train data/mix2/synth-11k/manifest.jsonl data/mix2/real_en.jsonl \\
+        --limit 300 --cache exp/speller-grids --out exp/speller-policy --latency-weight 0.5
+
+writes ``OUT/speller_policy.safetensors`` (and ``OUT/last.pt``; ``--resume`` continues).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm import tqdm
+
+from asr.attention import soft_monotonic_alignment
+from asr.speller import CHUNK_STATES, POLICY_FILE, PolicyEnergy, SpellerModel
+from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
+from asr.whisper_features import SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from asr.recognizer import Recognizer
+    from training.manifest import Entry
+
+STATE_SECONDS = 0.02  # one student state
+WORD_STARTS = (" ",)  # a Whisper token that starts a word
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", type=Path, default=Path("models/default"), help="bundle")
+    parser.add_argument("--train", type=Path, nargs="+", required=True, help="manifests")
+    parser.add_argument("--limit", type=int, default=0, help="N random clips of each manifest")
+    parser.add_argument("--cache", type=Path, required=True, help="grids, computed once")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--latency-weight", type=float, default=0.5, help="lambda, per second")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--batch", type=int, default=16, help="utterances per step")
+    parser.add_argument("--max-seconds", type=float, default=15.0, help="longer clips skipped")
+    parser.add_argument("--grids-only", action="store_true", help="stop after the grids")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(1)
+    from asr.bundle import load_model
+    from training.manifest import read_manifest
+
+    entries = []
+    for manifest in args.train:
+        found = [e for e in read_manifest(manifest)[0] if (e.duration or 0) <= args.max_seconds]
+        random.Random(args.seed).shuffle(found)
+        entries += found[: args.limit or None]
+    recognizer = load_model(args.model)
+    finals = recognizer.whisper_finals()
+    if finals is None or recognizer.frontend is None:
+        raise ValueError(f"{args.model}: no Whisper decoder or front end")
+    model = SpellerModel.of(finals.decoder, finals.rules, finals.vocabulary, finals.teacher)
+    paths = cache_grids(entries, recognizer, model, args.cache, args.model)
+    if args.grids_only:
+        return 0
+    grids = [g for g in map(load_grid, paths) if g is not None]
+    trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
+    trainer.meta = {"student_sha1": student_sha1(args.model)}
+    trainer.fit(args.epochs, resume=args.resume)
+    return 0
+
+
+def student_sha1(bundle: Path) -> str:
+    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
+    digest = hashlib.sha1()
+    with open(bundle / "whisper_encoder.safetensors", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- grids -------------------------------------------------------------------------------
+
+
+def grid_name(entry_audio: str, offset: float | None, end: float | None, bundle: Path) -> str:
+    key = json.dumps([entry_audio, offset, end, str(bundle.resolve())])
+    return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
+
+
+def cache_grids(
+    entries: list[Entry], recognizer: Recognizer, model: SpellerModel, cache: Path, bundle: Path
+) -> list[Path]:
+    """Each entry's grid (an empty file: no sure transcript), computed where missing."""
+    from asr.config import WhisperFinalsConfig
+    from training.dataset import entry_audio
+
+    cache.mkdir(parents=True, exist_ok=True)
+    paths = [cache / grid_name(e.audio, e.offset, e.end, bundle) for e in entries]
+    todo = [(e, p) for e, p in zip(entries, paths) if not p.is_file()]
+    options = WhisperFinalsConfig(beam_size=1)
+    finals = recognizer.whisper_finals()
+    assert finals is not None and recognizer.frontend is not None
+    for entry, path in tqdm(todo, desc="speller grids", unit="utt"):
+        try:
+            samples = entry_audio(entry, SAMPLE_RATE)
+        except ValueError as err:
+            tqdm.write(f"skipping {entry.id}: {err}")
+            samples = np.zeros(0, np.float32)
+        fields = {}
+        if len(samples) > SAMPLE_RATE // 4:
+            stream = recognizer.frontend.stream()
+            stream.keep = True  # the log-mel frames, for the teacher's transcript
+            states = np.concatenate([stream.accept(samples), stream.finish()])
+            mel = stream.mel_between(0, 1 << 30)
+            text = finals.transcribe([mel], options)[0]
+            if text.tokens and not text.fallback and len(states) >= 2:
+                duration = len(samples) / SAMPLE_RATE
+                fields = grid(model, torch.from_numpy(states), text.tokens, text.ends, duration)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, **fields)
+        os.replace(tmp, path)
+    return paths
+
+
+def boundaries_of(length: int) -> list[int]:
+    """Candidate boundaries of a segment of ``length`` states: chunk ends before the close,
+    then the close."""
+    return [*range(CHUNK_STATES, length, CHUNK_STATES), length]
+
+
+def word_ends(pieces: list[str], ends: list[int]) -> list[int]:
+    """Per token, the end of the last token of its word."""
+    out = list(ends)
+    for k in range(len(pieces) - 2, -1, -1):
+        if not pieces[k + 1].startswith(WORD_STARTS):
+            out[k] = out[k + 1]
+    return out
+
+
+@torch.inference_mode()
+def grid(
+    model: SpellerModel, states: Tensor, tokens: list[int], ends: list[int], duration: float
+) -> dict[str, np.ndarray]:
+    """One utterance's grid (the module's docstring, stage 1) as arrays to save."""
+    length = len(states)
+    bounds = boundaries_of(length)
+    refs = [next(b for b in bounds if b >= min(max(e, 1), length)) for e in ends]
+    s, logp = decoder_grid(model, states, tokens, refs, bounds)
+    times = [b * STATE_SECONDS for b in bounds[:-1]] + [duration]
+    ends_s = np.asarray(word_ends(model.vocabulary.pieces(tokens), ends)) * STATE_SECONDS
+    return {
+        "s": s.numpy().astype(np.float16),  # [N, J, d]
+        "logp": logp.numpy(),  # [N, J]
+        "h": states[torch.tensor(bounds) - 1].numpy().astype(np.float16),  # [J, d]
+        "times": np.asarray(times, np.float32),
+        "ends": ends_s.astype(np.float32),
+        "tokens": np.asarray(tokens, np.int32),
+        "refs": np.asarray(refs, np.int32),
+    }
+
+
+def decoder_grid(
+    model: SpellerModel, states: Tensor, tokens: list[int], refs: list[int], bounds: list[int]
+) -> tuple[Tensor, Tensor]:
+    """s [N, J, d] and log P(y_i | y_<i, memory < b_j) [N, J] of tokens y (N) at boundaries
+    b (J), earlier positions read at the reference boundaries ``refs`` (one per token)."""
+    decoder, prompt = model.decoder, list(model.vocabulary.prompt)
+    memory = _joined(decoder.memory(states[None]), model.silence)
+    slots = memory[0][0].shape[2]
+    silence = slots - len(states)
+
+    def cut(boundary: Tensor) -> Tensor:  # [n] boundaries -> [n, slots] readable slots
+        index = torch.arange(slots)
+        return torch.where(
+            index < silence, index >= boundary[:, None], index - silence < boundary[:, None]
+        )
+
+    # reference pass: the prompt and y_1..y_{N-1}, each position read at the boundary of
+    # the token it predicts (the prompt's at the first token's), causally
+    fed = [*prompt, *tokens[:-1]]
+    at = torch.tensor([refs[0]] * len(prompt) + refs[1:])
+    causal = torch.ones(len(fed), len(fed), dtype=torch.bool).tril()
+    _, past = _run(
+        decoder, torch.tensor([fed]), torch.arange(len(fed)), memory, causal, cut(at)[None]
+    )
+    # grid pass, one row per boundary: the prompt again (read at the boundary: the speller
+    # feeds it with the first token), then each token's predicting position after the
+    # reference positions before it
+    p, n = len(prompt), len(tokens)
+    queries = torch.tensor([*prompt, *tokens[:-1]])
+    positions = torch.arange(p + n - 1)
+    own = torch.zeros(p + n - 1, len(fed), dtype=torch.bool)  # reference keys seen
+    for i in range(1, n):
+        own[p - 1 + i, : p - 1 + i] = True
+    new = torch.zeros(p + n - 1, p + n - 1, dtype=torch.bool)
+    new[:p, :p] = causal[:p, :p]  # the prompt, causally (token 1's position is its last)
+    new[p:, p:] = torch.eye(n - 1, dtype=torch.bool)
+    mask = torch.cat([own, new], 1)
+    rows = len(bounds)
+    readable = cut(torch.tensor(bounds))[:, None].expand(rows, p + n - 1, slots)
+    x, _ = _run(decoder, queries.expand(rows, -1), positions, memory, mask, readable, past)
+    s = x[:, p - 1 :].transpose(0, 1)  # [N, J, d]
+    logp = (
+        decoder.project(s)
+        .log_softmax(-1)
+        .gather(-1, torch.tensor(tokens)[:, None, None].expand(-1, rows, 1))
+    )
+    return s, logp[..., 0]
+
+
+def _joined(memory: Memory, silence: Memory) -> Memory:
+    """The encoded silence's slots, then the segment's (as ``GrowingMemory`` keeps them)."""
+    return [
+        (torch.cat([sk, k], 2), torch.cat([sv, v], 2)) for (k, v), (sk, sv) in zip(memory, silence)
+    ]
+
+
+def _run(
+    decoder: WhisperTextDecoder,
+    tokens: Tensor,
+    positions: Tensor,
+    memory: Memory,
+    self_mask: Tensor,
+    cross_mask: Tensor,
+    past: list[tuple[Tensor, Tensor]] | None = None,
+) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    """The decoder's final-layer states [B, n, d] of ``tokens`` [B, n] at ``positions`` [n]
+    after ``past`` keys and values (shared by the rows), with any self-attention mask [n,
+    past + n] and a cross-attention mask per row and query [B, n, slots]: the layers run
+    through the decoder's public modules (its step takes one mask per row)."""
+    x = decoder.embed(tokens) + decoder.positions[positions]
+    kept = []
+    for i, layer in enumerate(decoder.layers):
+        x, kv = _layer(
+            layer, x, None if past is None else past[i], memory[i], self_mask, cross_mask
+        )
+        kept.append(kv)
+    return decoder.norm(x), kept
+
+
+def _layer(
+    layer: DecoderLayer,
+    x: Tensor,
+    past: tuple[Tensor, Tensor] | None,
+    memory: tuple[Tensor, Tensor],
+    self_mask: Tensor,
+    cross_mask: Tensor,
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    q, k, v = layer.heads_of(layer.self_qkv(layer.self_norm(x)), 3)
+    keys, values = k, v
+    if past is not None:
+        shape = (len(x), *past[0].shape[1:])
+        keys = torch.cat([past[0].expand(shape), k], 2)
+        values = torch.cat([past[1].expand(shape), v], 2)
+    x = x + layer.self_out(layer.joined(F.scaled_dot_product_attention(q, keys, values, self_mask)))
+    (q,) = layer.heads_of(layer.cross_q(layer.cross_norm(x)), 1)
+    mk, mv = (m.expand(len(x), *m.shape[1:]) for m in memory)
+    attended = F.scaled_dot_product_attention(q, mk, mv, cross_mask[:, None])
+    x = x + layer.cross_out(layer.joined(attended))
+    return x + layer.fc2(F.gelu(layer.fc1(layer.ffn_norm(x)))), (k, v)
+
+
+# -- training ------------------------------------------------------------------------------
+
+
+@dataclass
+class Grid:
+    s: Tensor  # [N, J, d]
+    logp: Tensor  # [N, J]
+    h: Tensor  # [J, d]
+    late: Tensor  # [N, J]: max(0, t(b_j) - e_i), s
+
+
+def load_grid(path: Path) -> Grid | None:
+    with np.load(path) as data:
+        if "s" not in data:
+            return None
+        late = np.maximum(0.0, data["times"][None, :] - data["ends"][:, None])
+        return Grid(
+            torch.from_numpy(data["s"].astype(np.float32)),
+            torch.from_numpy(data["logp"]),
+            torch.from_numpy(data["h"].astype(np.float32)),
+            torch.from_numpy(late),
+        )
+
+
+def expected_boundary_loss(
+    energy: Tensor, logp: Tensor, late: Tensor, tokens: Tensor, bounds: Tensor, weight: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The loss of the module's docstring, per token on average, with the expected
+    log-likelihood term and expected lateness (s) besides, from energies, log P(y_i | b_j)
+    and lateness [B, N, J], token and boundary masks [B, N], [B, J] (each row's last valid
+    boundary is its close, where p is 1)."""
+    close = bounds & ~F.pad(bounds[:, 1:], (0, 1), value=False)
+    energy = torch.where(close[:, None], math.inf, energy)
+    previous = torch.zeros_like(energy[:, 0])
+    previous[:, 0] = 1.0  # the pointer starts at the first boundary
+    alphas = []
+    for i in range(energy.shape[1]):
+        previous = soft_monotonic_alignment(energy[:, i], previous, bounds)
+        alphas.append(previous)
+    alpha = torch.stack(alphas, 1)
+    logp = logp.masked_fill(~bounds[:, None], -math.inf)
+    top = logp.max(-1, keepdim=True).values.detach().clamp_min(-1e4)
+    likelihood = (alpha * (logp - top).exp()).sum(-1).clamp_min(1e-30).log() + top[..., 0]
+    lateness = (alpha * late.masked_fill(~bounds[:, None], 0.0)).sum(-1)
+    count = tokens.sum().clamp_min(1)
+    mean_like = (likelihood * tokens).sum() / count
+    mean_late = (lateness * tokens).sum() / count
+    return -mean_like + weight * mean_late, mean_like, mean_late
+
+
+def padded(grids: list[Grid]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """s [B, N, J, d], logp, late [B, N, J], h [B, J, d], token and boundary masks."""
+    n = max(len(g.logp) for g in grids)
+    j = max(g.logp.shape[1] for g in grids)
+    b, d = len(grids), grids[0].s.shape[-1]
+    s, h = torch.zeros(b, n, j, d), torch.zeros(b, j, d)
+    logp, late = torch.zeros(b, n, j), torch.zeros(b, n, j)
+    tokens, bounds = torch.zeros(b, n, dtype=torch.bool), torch.zeros(b, j, dtype=torch.bool)
+    for k, g in enumerate(grids):
+        gn, gj = g.logp.shape
+        s[k, :gn, :gj], h[k, :gj], logp[k, :gn, :gj], late[k, :gn, :gj] = g.s, g.h, g.logp, g.late
+        tokens[k, :gn], bounds[k, :gj] = True, True
+    return s, logp, late, h, tokens, bounds
+
+
+class PolicyTrainer:
+    """The energy trained on cached grids, a checkpoint each epoch (``OUT/last.pt``)."""
+
+    def __init__(
+        self, grids: list[Grid], out: Path, weight: float, lr: float, batch: int, seed: int
+    ) -> None:
+        self.grids, self.out, self.weight, self.batch = grids, out, weight, batch
+        torch.manual_seed(seed)
+        self.seed = seed
+        self.energy = PolicyEnergy(grids[0].s.shape[-1], grids[0].h.shape[-1])
+        self.optimizer = torch.optim.Adam(self.energy.parameters(), lr=lr)
+        self.meta: dict[str, str] = {}  # recorded in the policy file
+        out.mkdir(parents=True, exist_ok=True)
+
+    def fit(self, epochs: int, resume: bool = False, noise: float = 1.0) -> PolicyEnergy:
+        start = 0
+        if resume:
+            state = torch.load(self.out / "last.pt")
+            self.energy.load_state_dict(state["energy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            start = state["epoch"]
+        tokens = sum(len(g.logp) for g in self.grids)
+        print(f"{len(self.grids)} utterances, {tokens} tokens; lambda {self.weight}/s")
+        for epoch in range(start, epochs):
+            started = time.perf_counter()
+            order = list(range(len(self.grids)))
+            random.Random(self.seed + epoch).shuffle(order)
+            totals = np.zeros(3)
+            for k in range(0, len(order), self.batch):
+                batch = [self.grids[i] for i in order[k : k + self.batch]]
+                totals += self.step(batch, noise) * len(batch)
+            loss, like, late = totals / len(order)
+            print(
+                f"epoch {epoch + 1}/{epochs}: loss {loss:.4f}, log-likelihood {like:.4f}, "
+                f"lateness {late:.3f} s ({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
+            torch.save(
+                {"energy": self.energy.state_dict(), "optimizer": self.optimizer.state_dict()}
+                | {"epoch": epoch + 1},
+                self.out / "last.pt",
+            )
+            meta = self.meta | {"epochs": str(epoch + 1), "lambda": str(self.weight)}
+            self.energy.save(self.out / POLICY_FILE, meta=meta)
+        return self.energy
+
+    def step(self, batch: list[Grid], noise: float) -> np.ndarray:
+        s, logp, late, h, tokens, bounds = padded(batch)
+        energy = self.energy(s, h[:, None])
+        energy = energy + noise * torch.randn_like(energy)
+        loss, like, lateness = expected_boundary_loss(
+            energy, logp, late, tokens, bounds, self.weight
+        )
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return np.array([loss.item(), like.item(), lateness.item()])
