@@ -61,7 +61,14 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from asr.attention import MonotonicEnergy
-from asr.whisper_decoder import DecoderCache, Memory, TokenRules, WhisperTextDecoder, loop_start
+from asr.whisper_decoder import (
+    DecoderCache,
+    Memory,
+    TokenRules,
+    WhisperTextDecoder,
+    load_decoder,
+    loop_start,
+)
 from asr.whisper_encoder import WhisperEncoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW
@@ -136,6 +143,15 @@ class SpellerModel:
         silence = decoder.memory(teacher.encode_whole(mel, None)[None])
         return cls(decoder, rules, vocabulary, silence)
 
+    @classmethod
+    def load(
+        cls, decoder_file: Path, tokenizer_file: Path, teacher: WhisperEncoder
+    ) -> SpellerModel:
+        """From a bundle's Whisper files, the decoder in float32: the policy was trained on
+        float32 readings (the finals' bfloat16 copy reads 0.01-0.05 nats apart)."""
+        decoder, rules = load_decoder(decoder_file)
+        return cls.of(decoder, rules, WhisperVocabulary.load(tokenizer_file), teacher)
+
     @property
     def end(self) -> int:
         return self.vocabulary.end
@@ -152,10 +168,13 @@ class GrowingMemory:
         self.decoder = decoder
         self.offset = 0 if silence is None else silence[0][0].shape[2]
         heads = decoder.layers[0].heads
-        shape = (1, heads, self.offset + STATES_PER_WINDOW, decoder.embed.weight.shape[1] // heads)
+        width = decoder.embed.weight.shape[1]
+        shape = (1, heads, self.offset + STATES_PER_WINDOW, width // heads)
+        # the decoder's own memory type (bfloat16 for the finals' packed decoder)
+        dtype = decoder.memory(torch.zeros(1, 1, width))[0][0].dtype
         self._buffers: list[tuple[Tensor, Tensor]] = []
         for layer in range(len(decoder.layers)):
-            keys, values = torch.zeros(shape), torch.zeros(shape)
+            keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
             if silence is not None:
                 keys[:, :, : self.offset] = silence[layer][0]
                 values[:, :, : self.offset] = silence[layer][1]

@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     finals = recognizer.whisper_finals()
     if problem or finals is None:
         parser.error(f"--model {args.model}: {problem or 'no Whisper decoder'}")
-    model = SpellerModel.of(finals.decoder, finals.rules, finals.vocabulary, finals.teacher)
+    assert recognizer.whisper_files is not None
+    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
     aligner = Aligner.of(recognizer)
     chunk = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
     results = []

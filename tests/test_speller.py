@@ -49,7 +49,8 @@ def bundle() -> tuple[Frontend, SpellerModel]:
     recognizer = load_model(MODEL)
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
-    model = SpellerModel.of(finals.decoder, finals.rules, finals.vocabulary, finals.teacher)
+    assert recognizer.whisper_files is not None
+    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
     return recognizer.frontend, model
 
 

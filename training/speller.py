@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     finals = recognizer.whisper_finals()
     if finals is None or recognizer.frontend is None:
         raise ValueError(f"{args.model}: no Whisper decoder or front end")
-    model = SpellerModel.of(finals.decoder, finals.rules, finals.vocabulary, finals.teacher)
+    assert recognizer.whisper_files is not None
+    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
     paths = cache_grids(entries, recognizer, model, args.cache, args.model)
     if args.grids_only:
         return 0
