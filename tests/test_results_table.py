@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,26 @@ def test_check_reports_a_stale_table_and_a_run_without_it_rewrites_it(
     assert results_table.main(argv) == 0
     assert readme.read_text() == f"# title\n\n{BEGIN}\n{render(METRICS)}\n{END}\n\nafter\n"
     assert results_table.main([*argv, "--check"]) == 0
+
+
+def test_recording_one_benchmark_keeps_the_others_figures(tmp_path: Path) -> None:
+    """finals_metrics --latency alone replaces the latency and keeps the WER and capacity."""
+    from training.recipes import finals_metrics
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(
+        REPO / "models" / "default",
+        bundle,
+        ignore=shutil.ignore_patterns("*.safetensors", "lm.npz"),
+    )
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    before = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]
+    latency = json.loads(json.dumps(before["final_latency"]))
+    latency["2s"]["marker"] = 1  # told apart from the recorded figures
+    (tmp_path / "latency.json").write_text(json.dumps(latency))
+    args = ["--metrics", str(bundle / "metrics.json"), "--readme", str(readme)]
+    assert finals_metrics.main([*args, "--latency", str(tmp_path / "latency.json")]) == 0
+    after = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]
+    assert after["final_latency"] == latency
+    assert after["eval"] == before["eval"] and after["capacity"] == before["capacity"]

@@ -47,9 +47,12 @@ def eval_figures(bench: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def gather(args: argparse.Namespace) -> dict[str, Any]:
+def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str, Any]:
+    """The figures given, over those recorded ``before`` (a rerun of one benchmark keeps the
+    others' figures)."""
     read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
-    figures: dict[str, Any] = {"eval": {}}
+    figures: dict[str, Any] = json.loads(json.dumps(before or {}))
+    figures.setdefault("eval", {})
     if args.real:  # every recording together, as the card's real-speech row
         figures["eval"][REAL] = eval_figures(read(args.real))["all"]
     if args.synthetic:
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--word-latency", type=Path, help="bench/word_latency.py --json")
     args = parser.parse_args(argv)
     metrics = json.loads(args.metrics.read_text())
-    metrics["whisper_finals"] = gather(args)
+    metrics["whisper_finals"] = gather(args, metrics.get("whisper_finals"))
     bundle = args.metrics.parent  # its size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}
