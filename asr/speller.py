@@ -111,11 +111,7 @@ class SpellerModel:
         self.vocabulary = vocabulary
         self.silence = silence
         size = len(decoder.embed.weight)
-        self.suppress = torch.zeros(size, dtype=torch.bool)
-        self.suppress[list(rules.suppress)] = True
-        self.suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
-        self.suppress_begin = self.suppress.clone()
-        self.suppress_begin[list(rules.suppress_begin)] = True
+        self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
         # with other threads (the finals' own), so each thread keeps its own

@@ -66,6 +66,17 @@ class TokenRules:
             tuple((int(layer), int(head)) for layer, head in heads),
         )
 
+    def masks(self, size: int, text_tokens: int) -> tuple[Tensor, Tensor]:
+        """The tokens never written, and those never written first, as masks [size] (True:
+        suppressed) that a search applies to a step's log-probabilities in one go. Besides
+        the rules' own, every token after the end (``text_tokens``: its id) is suppressed."""
+        suppress = torch.zeros(size, dtype=torch.bool)
+        suppress[list(self.suppress)] = True
+        suppress[text_tokens + 1 :] = True  # specials and timestamps
+        suppress_begin = suppress.clone()
+        suppress_begin[list(self.suppress_begin)] = True
+        return suppress, suppress_begin
+
 
 class PackedLinear(nn.Module):
     """A linear layer in bfloat16 for oneDNN: weights rounded to bfloat16 and packed once in

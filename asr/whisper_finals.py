@@ -107,11 +107,7 @@ class WhisperFinals:
         self.rules = rules
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
-        self._suppress = torch.zeros(size, dtype=torch.bool)
-        self._suppress[list(rules.suppress)] = True
-        self._suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
-        self._suppress_begin = self._suppress.clone()
-        self._suppress_begin[list(rules.suppress_begin)] = True
+        self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
         with torch.no_grad():  # now, at load, rather than in the first final
             self._silence = self._silent_memory()
 
