@@ -70,8 +70,7 @@ from asr.whisper_decoder import (
     loop_start,
 )
 from asr.whisper_encoder import WhisperEncoder
-from asr.whisper_features import SAMPLE_RATE, log_mel
-from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW
+from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW, silent_memory
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
@@ -126,7 +125,6 @@ class SpellerModel:
         return self._final.state
 
     @classmethod
-    @torch.inference_mode()
     def of(
         cls,
         decoder: WhisperTextDecoder,
@@ -135,9 +133,7 @@ class SpellerModel:
         teacher: WhisperEncoder,
     ) -> SpellerModel:
         """The shared part, with the silent window encoded by ``teacher`` now."""
-        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-        silence = decoder.memory(teacher.encode_whole(mel, None)[None])
-        return cls(decoder, rules, vocabulary, silence)
+        return cls(decoder, rules, vocabulary, silent_memory(teacher, decoder))
 
     @classmethod
     def load(

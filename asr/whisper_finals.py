@@ -108,8 +108,7 @@ class WhisperFinals:
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
         self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
-        with torch.no_grad():  # now, at load, rather than in the first final
-            self._silence = self._silent_memory()
+        self._silence = silent_memory(teacher, self.decoder)  # at load, not in the first final
 
     @torch.inference_mode()
     def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
@@ -163,11 +162,6 @@ class WhisperFinals:
             return torch.stack(rows)
 
         return [(joined(k, sk), joined(v, sv)) for (k, v), (sk, sv) in zip(memory, silence)], None
-
-    def _silent_memory(self) -> Memory:
-        """The memory of a silent 30 s window as the teacher encodes it."""
-        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-        return self.decoder.memory(self.teacher(mel[None])[0])
 
     # -- search ---------------------------------------------------------------------
     def _search(
@@ -277,6 +271,15 @@ class WhisperFinals:
         count = len(tokens) + 1
         picked = logprobs[0, -count:].gather(-1, sequence[0, -count:, None])
         return float(picked.sum()) / count
+
+
+@torch.no_grad()
+def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memory:
+    """What ``decoder`` reads of a silent 30 s window as ``teacher`` encodes it: Whisper
+    learnt to read its window's padding after the speech as that, so a memory that stops
+    early (a segment, a boundary) is followed by it."""
+    mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
+    return decoder.memory(teacher(mel[None])[0])
 
 
 def whisper_floor(mel: Tensor) -> Tensor:
