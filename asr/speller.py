@@ -70,8 +70,7 @@ from asr.whisper_decoder import (
     loop_start,
 )
 from asr.whisper_encoder import WhisperEncoder
-from asr.whisper_features import SAMPLE_RATE, log_mel
-from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW
+from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW, silent_memory
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
@@ -111,11 +110,7 @@ class SpellerModel:
         self.vocabulary = vocabulary
         self.silence = silence
         size = len(decoder.embed.weight)
-        self.suppress = torch.zeros(size, dtype=torch.bool)
-        self.suppress[list(rules.suppress)] = True
-        self.suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
-        self.suppress_begin = self.suppress.clone()
-        self.suppress_begin[list(rules.suppress_begin)] = True
+        self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
         # with other threads (the finals' own), so each thread keeps its own
@@ -130,7 +125,6 @@ class SpellerModel:
         return self._final.state
 
     @classmethod
-    @torch.inference_mode()
     def of(
         cls,
         decoder: WhisperTextDecoder,
@@ -139,9 +133,7 @@ class SpellerModel:
         teacher: WhisperEncoder,
     ) -> SpellerModel:
         """The shared part, with the silent window encoded by ``teacher`` now."""
-        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-        silence = decoder.memory(teacher.encode_whole(mel, None)[None])
-        return cls(decoder, rules, vocabulary, silence)
+        return cls(decoder, rules, vocabulary, silent_memory(teacher, decoder))
 
     @classmethod
     def load(

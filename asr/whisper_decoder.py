@@ -66,6 +66,17 @@ class TokenRules:
             tuple((int(layer), int(head)) for layer, head in heads),
         )
 
+    def masks(self, size: int, text_tokens: int) -> tuple[Tensor, Tensor]:
+        """The tokens never written, and those never written first, as masks [size] (True:
+        suppressed) that a search applies to a step's log-probabilities in one go. Besides
+        the rules' own, every token after the end (``text_tokens``: its id) is suppressed."""
+        suppress = torch.zeros(size, dtype=torch.bool)
+        suppress[list(self.suppress)] = True
+        suppress[text_tokens + 1 :] = True  # specials and timestamps
+        suppress_begin = suppress.clone()
+        suppress_begin[list(self.suppress_begin)] = True
+        return suppress, suppress_begin
+
 
 class PackedLinear(nn.Module):
     """A linear layer in bfloat16 for oneDNN: weights rounded to bfloat16 and packed once in
@@ -333,10 +344,22 @@ class WhisperTextDecoder(nn.Module):
     @staticmethod
     def cut(memory: Memory, silence: Memory, ends: Tensor) -> Memory:
         """Memories of one utterance's states [1, S, ...] read up to each of ``ends`` [N]
-        (states before it) with the encoded silence's from there on: [N, S, ...]."""
-        kept = (torch.arange(memory[0][0].shape[2]) < ends.unsqueeze(1))[:, None, :, None]
+        (states before it), or of N utterances' [N, S, ...] each up to its own end, with
+        the encoded silence's [1, W, ...] from there on: [N, W, ...]. States may stop short
+        of the window (S < W: a segment read at its own length); its rest is silence."""
+        width = memory[0][0].shape[2]
+        beyond = (torch.arange(width) >= ends.unsqueeze(1))[:, None, :, None]
+
+        def cut_one(own: Tensor, silent: Tensor) -> Tensor:
+            # silence first: the result takes its layout (contiguous, from silent_memory)
+            # rather than the memory's permuted one, which attention reads a quarter slower
+            head = torch.where(beyond, silent[:, :, :width], own)
+            if silent.shape[2] == width:
+                return head
+            return torch.cat([head, silent[:, :, width:].expand(len(head), -1, -1, -1)], dim=2)
+
         return [
-            (torch.where(kept, k, silent_k), torch.where(kept, v, silent_v))
+            (cut_one(k, silent_k), cut_one(v, silent_v))
             for (k, v), (silent_k, silent_v) in zip(memory, silence, strict=True)
         ]
 

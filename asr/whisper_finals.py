@@ -107,13 +107,8 @@ class WhisperFinals:
         self.rules = rules
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
-        self._suppress = torch.zeros(size, dtype=torch.bool)
-        self._suppress[list(rules.suppress)] = True
-        self._suppress[vocabulary.text_tokens + 1 :] = True  # specials and timestamps
-        self._suppress_begin = self._suppress.clone()
-        self._suppress_begin[list(rules.suppress_begin)] = True
-        with torch.no_grad():  # now, at load, rather than in the first final
-            self._silence = self._silent_memory()
+        self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
+        self._silence = silent_memory(teacher, self.decoder)  # at load, not in the first final
 
     @torch.inference_mode()
     def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
@@ -150,28 +145,13 @@ class WhisperFinals:
     def memory(
         self, states: Tensor, lengths: Tensor, silence_after: bool
     ) -> tuple[Memory, Tensor | None]:
-        """The decoder's memory of each segment: its states, then encoded silence (or a
-        mask that hides the padding). Differentiable in ``states``."""
+        """The decoder's memory of each segment: its states, then encoded silence to the
+        window's end (or a mask that hides the padding). Differentiable in ``states``."""
         memory = self.decoder.memory(states)
         if not silence_after:
             width = states.shape[1]
             return memory, torch.arange(width) < lengths.unsqueeze(1)
-        silence = self._silence
-        ends = lengths.tolist()
-
-        def joined(own: Tensor, silent: Tensor) -> Tensor:
-            rows = [
-                torch.cat([own[i, :, :end], silent[0, :, end:]], dim=1)
-                for i, end in enumerate(ends)
-            ]
-            return torch.stack(rows)
-
-        return [(joined(k, sk), joined(v, sv)) for (k, v), (sk, sv) in zip(memory, silence)], None
-
-    def _silent_memory(self) -> Memory:
-        """The memory of a silent 30 s window as the teacher encodes it."""
-        mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-        return self.decoder.memory(self.teacher(mel[None])[0])
+        return WhisperTextDecoder.cut(memory, self._silence, lengths), None
 
     # -- search ---------------------------------------------------------------------
     def _search(
@@ -281,6 +261,17 @@ class WhisperFinals:
         count = len(tokens) + 1
         picked = logprobs[0, -count:].gather(-1, sequence[0, -count:, None])
         return float(picked.sum()) / count
+
+
+@torch.no_grad()
+def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memory:
+    """What ``decoder`` reads of a silent 30 s window as ``teacher`` encodes it: Whisper
+    learnt to read its window's padding after the speech as that, so a memory that stops
+    early (a segment, a boundary) is followed by it. Contiguous, unlike a memory fresh from
+    the decoder: :meth:`WhisperTextDecoder.cut` gives its layout to the memories it joins."""
+    mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
+    memory = decoder.memory(teacher(mel[None])[0])
+    return [(k.contiguous(), v.contiguous()) for k, v in memory]
 
 
 def whisper_floor(mel: Tensor) -> Tensor:

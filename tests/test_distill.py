@@ -300,7 +300,15 @@ def test_the_decoder_level_loss_is_nil_at_the_teacher_and_reaches_the_states(
     tmp_path: Path,
 ) -> None:
     from asr.config import Config
-    from training.distill import Distiller, cache_teacher, cache_words, decoder_kl, load_words
+    from training.distill import (
+        Distiller,
+        cache_teacher,
+        cache_words,
+        decoder_kl,
+        load_batch,
+        load_words,
+    )
+    from training.manifest import read_manifest
 
     config = Config.load(
         REPO / "training" / "configs" / "distill.yaml",
@@ -310,19 +318,16 @@ def test_the_decoder_level_loss_is_nil_at_the_teacher_and_reaches_the_states(
     teacher = load_encoder(config.model.whisper.teacher)
     finals = Distiller(config, tmp_path)._finals(teacher)
     torch.set_num_threads(1)
-    entries = __import__("training.manifest").manifest.read_manifest(
+    entries = read_manifest(
         _manifest(tmp_path / "m.jsonl", _rows("test_seen_voices", 0, 2)), require_text=False
     )[0]
     items = cache_teacher(entries, teacher, config.model.whisper, tmp_path / "cache", "t")
     cache_words(items, finals, 16, "w")
     vocabulary = finals.vocabulary
     words = load_words(items, vocabulary.prompt, vocabulary.end)
-    states = []
-    for item in items:
-        with np.load(item.path) as data:
-            states.append(torch.from_numpy(data["teacher"].astype(np.float32)))
-    lengths = torch.tensor([len(s) for s in states])
-    padded = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
+    _, frames, padded = load_batch(items)  # the teacher's states, as training reads them
+    lengths = WhisperEncoder.output_lengths(frames)
+    assert padded.shape[1] == int(lengths.max())
     at_teacher, positions = decoder_kl(finals, padded, lengths, words)
     assert positions == int(words.valid.sum()) > 4
     assert float(at_teacher) / positions < 2e-3  # the teacher's log-probabilities in float16

@@ -11,7 +11,7 @@ import torch
 
 from asr.audio import read_audio
 from asr.scoring import score
-from asr.whisper_decoder import WhisperTextDecoder, loop_start
+from asr.whisper_decoder import TokenRules, WhisperTextDecoder, loop_start
 from asr.whisper_encoder import WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.ctranslate2_file import read_ct2_model
@@ -106,3 +106,12 @@ def test_a_loop_is_kept_once_and_ordinary_repeats_are_no_loop() -> None:
     assert loop_start([5, *[9] * 4], shortest_span=8) is None
     assert loop_start([5, *[9] * 8], shortest_span=8) == 2
     assert loop_start([5, *[1, 2] * 4], shortest_span=8) == 3
+
+
+def test_token_rules_as_masks() -> None:
+    """Never written: the rules' tokens and every special after the end (the end itself may
+    be); never written first: those and the rules' begin tokens."""
+    rules = TokenRules(suppress=(1, 3), suppress_begin=(0, 5), alignment_heads=())
+    suppress, suppress_begin = rules.masks(size=9, text_tokens=5)
+    assert suppress.tolist() == [False, True, False, True, False, False, True, True, True]
+    assert suppress_begin.tolist() == [True, True, False, True, False, True, True, True, True]

@@ -20,7 +20,13 @@ from asr.recognizer import Recognizer
 from asr.scoring import score
 from asr.whisper_decoder import DecoderCache, bfloat16_kernels, load_decoder
 from asr.whisper_features import log_mel
-from asr.whisper_finals import compression_ratio, dtw, token_ends, whisper_floor
+from asr.whisper_finals import (
+    compression_ratio,
+    dtw,
+    silent_memory,
+    token_ends,
+    whisper_floor,
+)
 from tests.conftest import espeak
 from tests.test_bundled_model import HELDOUT, MODEL, with_three_deviations
 from tests.test_streaming import chunk_sizes, stream
@@ -139,6 +145,31 @@ def test_token_ends_follow_where_each_token_is_attended() -> None:
     path = dtw(np.random.default_rng(0).random((4, 30)))
     assert path[0] == (0, 0) and path[-1] == (3, 29)
     assert all(b[0] - a[0] in (0, 1) and b[1] - a[1] in (0, 1) for a, b in zip(path, path[1:]))
+
+
+def test_a_batch_memory_is_each_segment_then_silence(recognizer: Recognizer) -> None:
+    """Segments of different lengths read together: each row holds its own states' keys and
+    values up to its length, then the encoded silence's to the window's end, the very
+    numbers of that row built alone (as memory() built them, row by row, before it cut
+    them all at once)."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    states = torch.randn(8, 40, 512, generator=torch.Generator().manual_seed(0))
+    lengths = torch.tensor([40, 33, 17, 1, 25, 40, 8, 2])
+    with torch.inference_mode():
+        memory, mask = finals.memory(states, lengths, silence_after=True)
+        own = finals.decoder.memory(states)
+        silence = silent_memory(finals.teacher, finals.decoder)
+    assert mask is None
+    for layer, ((k, v), (own_k, own_v), (silent_k, silent_v)) in enumerate(
+        zip(memory, own, silence, strict=True)
+    ):
+        assert k.shape == v.shape == (8, *silent_k.shape[1:])
+        assert k.is_contiguous() and v.is_contiguous()  # as attention reads fastest
+        for row, end in enumerate(lengths.tolist()):
+            alone_k = torch.cat([own_k[row, :, :end], silent_k[0, :, end:]], dim=1)
+            alone_v = torch.cat([own_v[row, :, :end], silent_v[0, :, end:]], dim=1)
+            assert torch.equal(k[row], alone_k) and torch.equal(v[row], alone_v), (layer, row)
 
 
 def test_whisper_floor_and_compression_ratio() -> None:
