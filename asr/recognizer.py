@@ -76,10 +76,11 @@ class Recognizer:
         ctc_weight: float | None = None,
         end_pad: float | None = None,
         final_beam: int | None = None,
+        final_padding: float | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
-        end-of-stream silence and the beam of Whisper's finals (None keeps them), checking
-        each."""
+        end-of-stream silence and the beam and padding of Whisper's finals (None keeps
+        them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
@@ -91,6 +92,10 @@ class Recognizer:
         if final_beam is not None:
             check_beam(final_beam, "--final-beam")
             decode.whisper_finals = replace(decode.whisper_finals, beam_size=final_beam)
+        if final_padding is not None:
+            if not 0 <= final_padding <= 30:
+                raise ValueError(f"--final-padding must be 0 to 30 seconds, got {final_padding}")
+            decode.whisper_finals = replace(decode.whisper_finals, padding_s=final_padding)
         if lm_weight is not None:
             decode.lm_weight = check_lm_weight(lm_weight)
         if ctc_weight is not None:
@@ -181,7 +186,13 @@ class Recognizer:
     def set_search_arguments(self, args: argparse.Namespace) -> None:
         """``set_search`` with what a command's ``add_search_arguments`` options parsed to."""
         self.set_search(
-            args.beam, args.lm_weight, args.two_pass, args.ctc_weight, args.end_pad, args.final_beam
+            args.beam,
+            args.lm_weight,
+            args.two_pass,
+            args.ctc_weight,
+            args.end_pad,
+            args.final_beam,
+            args.final_padding,
         )
 
 
@@ -195,7 +206,8 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass, --final-beam, --ctc-weight and --end-pad, the search
+    """--beam, --lm-weight, --two-pass, --final-beam, --final-padding, --ctc-weight and
+    --end-pad, the search
     settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -220,6 +232,13 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         type=int,
         help="beam of Whisper's decoder writing two-pass finals, 1: greedy (default: the "
         "bundle's decode.whisper_finals.beam_size)",
+    )
+    parser.add_argument(
+        "--final-padding",
+        type=float,
+        metavar="SECONDS",
+        help="Whisper's padding encoded after each two-pass segment, 0 to 30 s: more reads "
+        "better and costs more (default: the bundle's decode.whisper_finals.padding_s)",
     )
     parser.add_argument(
         "--ctc-weight",

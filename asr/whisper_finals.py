@@ -116,31 +116,46 @@ class WhisperFinals:
         decoded together with ``options`` (a session's decode.whisper_finals)."""
         if not mels:
             return []
-        return self.decode(*self._encode(mels), options)
+        states, lengths, spoken = self._encode(mels, options.padding_s)
+        return self.decode(states, lengths, options, spoken)
 
     @torch.inference_mode()
     def decode(
-        self, states: Tensor, lengths: Tensor, options: WhisperFinalsConfig
+        self,
+        states: Tensor,
+        lengths: Tensor,
+        options: WhisperFinalsConfig,
+        spoken: Tensor | None = None,
     ) -> list[FinalText]:
         """Finals of encoder states [B, S, d] of which the first ``lengths`` [B] are each
-        segment's (distillation decodes the teacher's cached states this way)."""
+        segment's (distillation decodes the teacher's cached states this way); ``spoken``
+        [B] (default ``lengths``): how many of those are the audio's, not padding, the
+        span its tokens are timed in."""
         memory, mask = self.memory(states, lengths, options.silence_after)
         cache = DecoderCache([], memory, mask)
         found = self._search(cache, len(states), options)
+        spans = (lengths if spoken is None else spoken).tolist()
         return [
-            self._final(best, no_speech, int(length), options)
-            for (best, no_speech), length in zip(found, lengths.tolist())
+            self._final(best, no_speech, span, options)
+            for (best, no_speech), span in zip(found, spans)
         ]
 
     # -- encoding -------------------------------------------------------------------
-    def _encode(self, mels: list[Tensor]) -> tuple[Tensor, Tensor]:
-        """The teacher's states of each segment at its own length (padded to the longest)."""
-        frames = torch.tensor([len(m) for m in mels])
-        mels = [whisper_floor(m) for m in mels]
-        if int(frames.max()) > 2 * STATES_PER_WINDOW:
-            raise ValueError(f"a Whisper final covers at most 30 s, got {int(frames.max())} frames")
-        padded = torch.nn.utils.rnn.pad_sequence(mels, batch_first=True)
-        return self.teacher(padded, frames)
+    def _encode(self, mels: list[Tensor], padding_s: float) -> tuple[Tensor, Tensor, Tensor]:
+        """The teacher's states of each segment with ``padding_s`` seconds of Whisper's
+        padding after it, within the 30 s window (padded to the longest), their counts, and
+        how many of each are the segment's own."""
+        window = 2 * STATES_PER_WINDOW
+        frames = [len(m) for m in mels]
+        if max(frames) > window:
+            raise ValueError(f"a Whisper final covers at most 30 s, got {max(frames)} frames")
+        extra = round(padding_s * 100)
+        mels = [whisper_padded(whisper_floor(m), min(window, len(m) + extra)) for m in mels]
+        encoded = torch.tensor([len(m) for m in mels])
+        states, lengths = self.teacher(
+            torch.nn.utils.rnn.pad_sequence(mels, batch_first=True), encoded
+        )
+        return states, lengths, self.teacher.output_lengths(torch.tensor(frames))
 
     def memory(
         self, states: Tensor, lengths: Tensor, silence_after: bool
@@ -272,6 +287,12 @@ def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memor
     mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
     memory = decoder.memory(teacher(mel[None])[0])
     return [(k.contiguous(), v.contiguous()) for k, v in memory]
+
+
+def whisper_padded(mel: Tensor, frames: int) -> Tensor:
+    """``mel`` [T, 80] followed by zero frames up to ``frames``: Whisper's transcribe pads its
+    window so (zeros once scaled, not the log-mel of silence)."""
+    return torch.cat([mel, mel.new_zeros(frames - len(mel), mel.shape[1])])
 
 
 def whisper_floor(mel: Tensor) -> Tensor:

@@ -12,6 +12,7 @@ of its stated length (a final's cost depends on its segment's length alone).
     python bench/final_latency.py                         # models/default, one- and two-pass
     python bench/final_latency.py --lengths 10 --clips 20 --final-beam 5
     python bench/final_latency.py --precision float32     # Whisper's decoder in float32
+    python bench/final_latency.py --final-padding 30      # Whisper's whole 30 s window
 
 Prints p50 and p95 per length and mode, in milliseconds, and with --json writes them.
 """
@@ -86,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         "--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)"
     )
     parser.add_argument(
+        "--final-padding",
+        type=float,
+        metavar="SECONDS",
+        help="Whisper's padding encoded after each segment (default: bundle's)",
+    )
+    parser.add_argument(
         "--precision", choices=["float32", "bfloat16"], help="Whisper's decoder (default: bundle's)"
     )
     parser.add_argument("--threads", type=int, default=1)
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     decode.endpoint_on_eos = False  # one segment per clip (see the docstring)
     if args.precision:
         decode.whisper_finals = replace(decode.whisper_finals, precision=args.precision)
-    recognizer.set_search(1, 0.0, final_beam=args.final_beam)
+    recognizer.set_search(1, 0.0, final_beam=args.final_beam, final_padding=args.final_padding)
     modes = args.modes or (
         ["one-pass", "two-pass"] if recognizer.two_pass_problem() is None else ["one-pass"]
     )

@@ -193,6 +193,34 @@ def test_segments_decoded_together_read_as_each_alone(recognizer: Recognizer) ->
     assert all(f.text[0].isupper() and f.text[-1] in ".?!" for f in together), together
 
 
+def test_padding_encodes_whisper_s_window_and_times_tokens_in_the_segment(
+    recognizer: Recognizer,
+) -> None:
+    """With ``padding_s`` 30 a segment is encoded in Whisper's own window (its frames, then
+    zeros up to 30 s, as Whisper's transcribe pads): the decoder reads those states, as
+    greedy Whisper does, and times tokens within the segment; segments padded by 3 s in one
+    batch read as each alone."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    whole = dataclasses.replace(recognizer.config.decode.whisper_finals, padding_s=30.0)
+    mels = [torch.from_numpy(log_mel(audio(r), -7.0)) for r in rows("test_seen_voices")[:3]]
+    with torch.inference_mode():
+        for mel in mels:
+            window = torch.zeros(1, 3000, 80)
+            window[0, : len(mel)] = whisper_floor(mel)
+            states, _ = finals.teacher(window)
+            spoken = (len(mel) + 1) // 2
+            expected = finals.decode(states, torch.tensor([1500]), whole, torch.tensor([spoken]))
+            got = finals.transcribe([mel], whole)[0]
+            assert got.tokens == expected[0].tokens and got.text
+            assert got.ends == expected[0].ends and 0 < max(got.ends) <= spoken
+    some = dataclasses.replace(whole, padding_s=3.0)
+    together = finals.transcribe(mels, some)
+    alone = [finals.transcribe([mel], some)[0] for mel in mels]
+    assert [f.tokens for f in together] == [f.tokens for f in alone]
+    assert [f.ends for f in together] == [f.ends for f in alone]
+
+
 def noises() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     t = np.arange(3 * RATE) / RATE
