@@ -11,7 +11,7 @@ of its stated length (a final's cost depends on its segment's length alone).
 
     python bench/final_latency.py                         # models/default, one- and two-pass
     python bench/final_latency.py --lengths 10 --clips 20 --final-beam 5
-    python bench/final_latency.py --precision float32     # Whisper's decoder in float32
+    python bench/final_latency.py --precision float32     # Whisper's finals in float32
 
 Prints p50 and p95 per length and mode, in milliseconds, and with --json writes them.
 """
@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         "--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)"
     )
     parser.add_argument(
-        "--precision", choices=["float32", "bfloat16"], help="Whisper's decoder (default: bundle's)"
+        "--precision",
+        choices=["float32", "bfloat16"],
+        help="Whisper's finals: decoder and teacher (default: bundle's)",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
