@@ -237,7 +237,9 @@ class WhisperFinalsConfig(Checked):
     padding_s: float = bounded(0.0, at_least=0, at_most=30)
     # "bfloat16": the decoder's linear layers, memories and caches in bfloat16 and its output
     # projection in 4 bits with the likeliest tokens' logits again in float32
-    # (WhisperTextDecoder.in_bfloat16), where oneDNN has bfloat16 kernels (else float32)
+    # (WhisperTextDecoder.in_bfloat16), where oneDNN has bfloat16 kernels (else float32),
+    # and the teacher encoding the segment with its fc1 layers in int8
+    # (asr.whisper_finals.reduced_teacher); "float32": both in float32
     precision: Literal["float32", "bfloat16"] = "bfloat16"
 
 

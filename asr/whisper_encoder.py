@@ -20,6 +20,7 @@ with random position offsets (``position_offset`` in :meth:`forward`).
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 WEIGHTS_FILE = "encoder.safetensors"
+LAYER_LINEARS = ("qkv", "out", "fc1", "fc2")  # each layer's linear layers
 
 
 @dataclass(frozen=True)
@@ -523,9 +525,20 @@ def per_item(encoder: WhisperEncoder) -> WhisperEncoder:
     """The encoder with each layer's linear layers applied stream by stream (:class:`PerItem`),
     as streams batched together need (in place)."""
     for layer in encoder.layers:
-        for name in ("qkv", "out", "fc1", "fc2"):
+        for name in LAYER_LINEARS:
             setattr(layer, name, PerItem(getattr(layer, name)))
     return encoder
+
+
+def int8_linears(encoder: WhisperEncoder, names: Sequence[str] = LAYER_LINEARS) -> WhisperEncoder:
+    """A copy whose layers' ``names`` linear layers are :class:`Int8Linear`; every other
+    tensor is the original's own, not copied (a copy for inference costs its int8 weights)."""
+    shared = {id(t): t for t in itertools.chain(encoder.parameters(), encoder.buffers())}
+    copied = copy.deepcopy(encoder, shared).eval()
+    for layer in copied.layers:
+        for name in names:
+            setattr(layer, name, Int8Linear.of(getattr(layer, name)))
+    return copied
 
 
 def quantized(encoder: WhisperEncoder, rows: bool = True) -> WhisperEncoder:
@@ -543,12 +556,9 @@ def quantized(encoder: WhisperEncoder, rows: bool = True) -> WhisperEncoder:
                 copy.deepcopy(encoder).eval(), {nn.Linear}, dtype=torch.qint8
             )
         return per_item(dynamic)
-    copied = copy.deepcopy(encoder).eval()
+    copied = int8_linears(encoder)
     copied.conv1 = Int8Conv(encoder.conv1)  # type: ignore[assignment]
     copied.conv2 = Int8Conv(encoder.conv2)  # type: ignore[assignment]
-    for layer in copied.layers:
-        for name in ("qkv", "out", "fc1", "fc2"):
-            setattr(layer, name, Int8Linear.of(getattr(layer, name)))
     return copied
 
 

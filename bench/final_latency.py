@@ -11,7 +11,7 @@ of its stated length (a final's cost depends on its segment's length alone).
 
     python bench/final_latency.py                         # models/default, one- and two-pass
     python bench/final_latency.py --lengths 10 --clips 20 --final-beam 5
-    python bench/final_latency.py --precision float32     # Whisper's decoder in float32
+    python bench/final_latency.py --precision float32     # Whisper's finals in float32
     python bench/final_latency.py --final-padding 30      # Whisper's whole 30 s window
 
 Prints p50 and p95 per length and mode, in milliseconds, and with --json writes them.
@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Whisper's padding encoded after each segment (default: bundle's)",
     )
     parser.add_argument(
-        "--precision", choices=["float32", "bfloat16"], help="Whisper's decoder (default: bundle's)"
+        "--precision",
+        choices=["float32", "bfloat16"],
+        help="Whisper's finals: decoder and teacher (default: bundle's)",
     )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the figures here")
