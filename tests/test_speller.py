@@ -352,3 +352,31 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
     s, h = torch.randn(8), torch.randn(6)
     with torch.no_grad():
         assert float(loaded.energy(s, h)) == pytest.approx(float(energy(s, h)))
+
+
+def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001
+    """`asr train-speller` reads Whisper's own transcript of each clip, so unlabelled audio
+    (most of the real English) trains the policy: two clips without text give two grids and
+    a policy file."""
+    import argparse
+
+    from asr.speller import POLICY_FILE
+    from training.speller import add_arguments, run
+
+    manifest = tmp_path / "unlabelled.jsonl"
+    rows = (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()[:2]
+    lines = []
+    for line in rows:
+        row = json.loads(line)
+        audio = str(HELDOUT / row["audio"])
+        lines.append(json.dumps({"id": row["id"], "audio": audio, "duration": row["duration"]}))
+    manifest.write_text("\n".join(lines) + "\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--model", str(MODEL), "--train", str(manifest), "--cache", str(tmp_path / "grids")]
+        + ["--out", str(tmp_path / "out"), "--epochs", "1", "--batch", "2"]
+    )
+    assert run(args) == 0
+    assert len(list((tmp_path / "grids").glob("*.npz"))) == 2
+    assert (tmp_path / "out" / POLICY_FILE).is_file()

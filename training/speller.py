@@ -83,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     entries = []
     for manifest in args.train:
-        found = [e for e in read_manifest(manifest)[0] if (e.duration or 0) <= args.max_seconds]
+        # the grids read Whisper's own transcript: a clip needs no text
+        rows = read_manifest(manifest, require_text=False)[0]
+        found = [e for e in rows if (e.duration or 0) <= args.max_seconds]
         random.Random(args.seed).shuffle(found)
         entries += found[: args.limit or None]
     recognizer = load_model(args.model)
@@ -96,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
     if args.grids_only:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
+    if not grids:
+        raise ValueError(
+            f"no clip of {', '.join(map(str, args.train))} gave a grid (each needs audio of "
+            f"at most --max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
+        )
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
     trainer.meta = {"student_sha1": student_sha1(args.model)}
     trainer.fit(args.epochs, resume=args.resume)
