@@ -61,7 +61,7 @@ from asr.speller import (  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
 from bench.decoder_ceiling import WINDOW, wer  # noqa: E402
 from bench.real_speech import score_text  # noqa: E402
-from bench.word_latency import Aligner, aligner_problem  # noqa: E402
+from bench.word_latency import Aligner, aligner_problem, settled  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.manifest import Entry, read_manifest  # noqa: E402
 
@@ -179,21 +179,6 @@ def lstm(
             texts += [event.text] if event.final else []
         history.append((min(start + chunk, len(samples)) / SAMPLE_RATE, finals + partial))
     return " ".join(texts), finals, settled(history)
-
-
-def settled(history: list[tuple[float, list[str]]]) -> list[float]:
-    """Per item of the last sequence, the earliest time from which every later sequence
-    holds it in its place."""
-    final = history[-1][1]
-    times = []
-    for k, item in enumerate(final):
-        when = history[-1][0]
-        for fed, seen in reversed(history):
-            if k >= len(seen) or seen[k] != item:
-                break
-            when = fed
-        times.append(when)
-    return times
 
 
 def token_latencies(

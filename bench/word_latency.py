@@ -74,6 +74,21 @@ def spoken_words(event: Event) -> list[tuple[str, float]]:
     return pairs
 
 
+def settled(history: list[tuple[float, list[str]]]) -> list[float]:
+    """Per item of the last sequence, the earliest time from which every later sequence
+    holds it in its place."""
+    final = history[-1][1]
+    times = []
+    for k, item in enumerate(final):
+        when = history[-1][0]
+        for fed, seen in reversed(history):
+            if k >= len(seen) or seen[k] != item:
+                break
+            when = fed
+        times.append(when)
+    return times
+
+
 def shown_times(
     recognizer: Recognizer, samples: np.ndarray, rate: int, chunk: int, two_pass: bool | None = None
 ) -> tuple[list[str], list[float], list[float]]:
@@ -97,15 +112,7 @@ def shown_times(
     finals += [pair for e in session.finish() if e.final for pair in spoken_words(e)]
     words = [w for w, _ in finals]
     history.append((len(samples) / rate, words))
-    times = []
-    for k, word in enumerate(words):
-        settled = history[-1][0]
-        for fed, seen in reversed(history):
-            if k >= len(seen) or seen[k] != word:
-                break
-            settled = fed
-        times.append(settled)
-    return words, times, [t for _, t in finals]
+    return words, settled(history), [t for _, t in finals]
 
 
 def right_word_latencies(
