@@ -152,11 +152,13 @@ class WhisperFinals:
         if max(frames) > window:
             raise ValueError(f"a Whisper final covers at most 30 s, got {max(frames)} frames")
         extra = round(padding_s * 100)
-        mels = [whisper_padded(whisper_floor(m), min(window, len(m) + extra)) for m in mels]
-        encoded = torch.tensor([len(m) for m in mels])
-        states, lengths = self.encoder(
-            torch.nn.utils.rnn.pad_sequence(mels, batch_first=True), encoded
-        )
+        encoded = torch.tensor([min(window, f + extra) for f in frames])
+        # zero frames after each segment: Whisper's transcribe pads its window so (zeros once
+        # scaled, not the log-mel of silence), and they are the batch's padding too
+        batch = mels[0].new_zeros(len(mels), int(encoded.max()), mels[0].shape[1])
+        for row, mel in zip(batch, mels):
+            row[: len(mel)] = whisper_floor(mel)
+        states, lengths = self.encoder(batch, encoded)
         return states, lengths, self.encoder.output_lengths(torch.tensor(frames))
 
     def memory(
@@ -289,12 +291,6 @@ def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memor
     mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
     memory = decoder.memory(teacher(mel[None])[0])
     return [(k.contiguous(), v.contiguous()) for k, v in memory]
-
-
-def whisper_padded(mel: Tensor, frames: int) -> Tensor:
-    """``mel`` [T, 80] followed by zero frames up to ``frames``: Whisper's transcribe pads its
-    window so (zeros once scaled, not the log-mel of silence)."""
-    return torch.cat([mel, mel.new_zeros(frames - len(mel), mel.shape[1])])
 
 
 def reduced_teacher(teacher: WhisperEncoder) -> WhisperEncoder:
