@@ -36,14 +36,13 @@ def test_the_readme_table_equals_the_bundled_models_metrics() -> None:
 def test_a_key_metrics_json_lacks_leaves_its_row_out() -> None:
     metrics = copy.deepcopy(METRICS)
     metrics["load"] = None
-    del metrics["monotonic"]["fusion"]["eval_two_pass"]
     metrics["monotonic"]["eval"].pop("real")
     del metrics["whisper_finals"]  # every row of Whisper's finals goes with it
     lines = render(metrics).splitlines()
     assert not any("bench/load.py" in line or "--two-pass" in line for line in lines)
     assert not any("two-pass" in line or "Whisper" in line for line in lines[2:])
     assert sum(": streaming pass |" in line for line in lines) == 3  # the synthetic splits
-    assert len(lines) == len(render(METRICS).splitlines()) - 3 - len(results_table.FINALS_ROWS)
+    assert len(lines) == len(render(METRICS).splitlines()) - 2 - len(results_table.FINALS_ROWS)
 
 
 def test_check_reports_a_stale_table_and_a_run_without_it_rewrites_it(

@@ -141,12 +141,6 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(f"{REAL_LABEL}: as served", ("monotonic", "fusion", "eval", "real"), wer, REAL_SPEECH),
     Row(
-        f"{REAL_LABEL}: two-pass finals, as served",
-        ("monotonic", "fusion", "eval_two_pass", "real"),
-        wer,
-        f"{REAL_SPEECH} --two-pass",
-    ),
-    Row(
         "real-time factor, one stream on one thread",
         ("rtf", "rtf"),
         "{:.3f}".format,
