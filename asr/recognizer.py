@@ -76,11 +76,12 @@ class Recognizer:
         ctc_weight: float | None = None,
         end_pad: float | None = None,
         final_beam: int | None = None,
-        final_padding: float | None = None,
+        final_window: float | None = None,
+        final_beam_max: float | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
-        end-of-stream silence and the beam and padding of Whisper's finals (None keeps
-        them), checking each."""
+        end-of-stream silence and the beam, window and beam's longest segment of Whisper's
+        finals (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if two_pass is not None:
@@ -92,10 +93,14 @@ class Recognizer:
         if final_beam is not None:
             check_beam(final_beam, "--final-beam")
             decode.whisper_finals = replace(decode.whisper_finals, beam_size=final_beam)
-        if final_padding is not None:
-            if not 0 <= final_padding <= 30:
-                raise ValueError(f"--final-padding must be 0 to 30 seconds, got {final_padding}")
-            decode.whisper_finals = replace(decode.whisper_finals, padding_s=final_padding)
+        if final_window is not None:
+            if not 0 <= final_window <= 30:
+                raise ValueError(f"--final-window must be 0 to 30 seconds, got {final_window}")
+            decode.whisper_finals = replace(decode.whisper_finals, window_s=final_window)
+        if final_beam_max is not None:
+            if final_beam_max < 0:
+                raise ValueError(f"--final-beam-max must be at least 0 s, got {final_beam_max}")
+            decode.whisper_finals = replace(decode.whisper_finals, beam_max_s=final_beam_max)
         if lm_weight is not None:
             decode.lm_weight = check_lm_weight(lm_weight)
         if ctc_weight is not None:
@@ -192,7 +197,8 @@ class Recognizer:
             args.ctc_weight,
             args.end_pad,
             args.final_beam,
-            args.final_padding,
+            args.final_window,
+            args.final_beam_max,
         )
 
 
@@ -206,8 +212,8 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
-    """--beam, --lm-weight, --two-pass, --final-beam, --final-padding, --ctc-weight and
-    --end-pad, the search
+    """--beam, --lm-weight, --two-pass, --final-beam, --final-beam-max, --final-window,
+    --ctc-weight and --end-pad, the search
     settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -234,11 +240,19 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         "bundle's decode.whisper_finals.beam_size)",
     )
     parser.add_argument(
-        "--final-padding",
+        "--final-beam-max",
         type=float,
         metavar="SECONDS",
-        help="Whisper's padding encoded after each two-pass segment, 0 to 30 s: more reads "
-        "better and costs more (default: the bundle's decode.whisper_finals.padding_s)",
+        help="two-pass segments longer than this are decoded greedily, so that their finals "
+        "do not wait for the beam (default: the bundle's decode.whisper_finals.beam_max_s)",
+    )
+    parser.add_argument(
+        "--final-window",
+        type=float,
+        metavar="SECONDS",
+        help="a two-pass segment shorter than this is encoded with Whisper's padding up to "
+        "it, 0 to 30 s: longer reads better and costs more (default: the bundle's "
+        "decode.whisper_finals.window_s)",
     )
     parser.add_argument(
         "--ctc-weight",

@@ -54,7 +54,8 @@ from asr.whisper_encoder import WhisperEncoder, int8_linears
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_text import WhisperVocabulary
 
-STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states (20 ms each)
+STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states
+STATE_SECONDS = 0.02  # one of the teacher's states
 MEDIAN_WIDTH = 7  # Whisper's filter of alignment weights along time
 # a run said over and over is a loop once its copies span this many tokens (and 4 copies)
 LOOP_SPAN = 8
@@ -118,7 +119,7 @@ class WhisperFinals:
         decoded together with ``options`` (a session's decode.whisper_finals)."""
         if not mels:
             return []
-        states, lengths, spoken = self._encode(mels, options.padding_s)
+        states, lengths, spoken = self._encode(mels, options.window_s)
         return self.decode(states, lengths, options, spoken)
 
     @torch.inference_mode()
@@ -135,24 +136,27 @@ class WhisperFinals:
         span its tokens are timed in."""
         memory, mask = self.memory(states, lengths, options.silence_after)
         cache = DecoderCache([], memory, mask)
-        found = self._search(cache, len(states), options)
         spans = (lengths if spoken is None else spoken).tolist()
+        beams = [
+            options.beam_size if span * STATE_SECONDS <= options.beam_max_s else 1 for span in spans
+        ]
+        found = self._search(cache, beams, options)
         return [
             self._final(best, no_speech, span, options)
             for (best, no_speech), span in zip(found, spans)
         ]
 
     # -- encoding -------------------------------------------------------------------
-    def _encode(self, mels: list[Tensor], padding_s: float) -> tuple[Tensor, Tensor, Tensor]:
-        """The teacher's states of each segment with ``padding_s`` seconds of Whisper's
-        padding after it, within the 30 s window (padded to the longest), their counts, and
-        how many of each are the segment's own."""
+    def _encode(self, mels: list[Tensor], window_s: float) -> tuple[Tensor, Tensor, Tensor]:
+        """The teacher's states of each segment, followed by Whisper's padding up to
+        ``window_s`` seconds in all where it is shorter (the batch padded to the longest),
+        their counts, and how many of each are the segment's own."""
         window = 2 * STATES_PER_WINDOW
         frames = [len(m) for m in mels]
         if max(frames) > window:
             raise ValueError(f"a Whisper final covers at most 30 s, got {max(frames)} frames")
-        extra = round(padding_s * 100)
-        encoded = torch.tensor([min(window, f + extra) for f in frames])
+        least = min(window, round(window_s * 100))
+        encoded = torch.tensor([max(f, least) for f in frames])
         # zero frames after each segment: Whisper's transcribe pads its window so (zeros once
         # scaled, not the log-mel of silence), and they are the batch's padding too
         batch = mels[0].new_zeros(len(mels), int(encoded.max()), mels[0].shape[1])
@@ -174,13 +178,13 @@ class WhisperFinals:
 
     # -- search ---------------------------------------------------------------------
     def _search(
-        self, cache: DecoderCache, count: int, options: WhisperFinalsConfig
+        self, cache: DecoderCache, beams: list[int], options: WhisperFinalsConfig
     ) -> list[tuple[_Hypothesis, float]]:
         """The best hypothesis of each segment with its no-speech probability: a beam of
-        ``beam_size`` hypotheses per segment (1: greedy), all segments stepped together; a
+        ``beams[k]`` hypotheses for segment k (1: greedy), all segments stepped together; a
         hypothesis ends at the end token, a loop or ``max_tokens``, and the best has the
         highest log-probability per token (Whisper's ranking without a length penalty)."""
-        beam = options.beam_size
+        count = len(beams)
         heads = self.rules.alignment_heads
         prompt = torch.tensor([self.vocabulary.prompt] * count)
         logprobs, cache, scores = self.decoder.step(prompt, cache, scores_of=heads)
@@ -196,7 +200,9 @@ class WhisperFinals:
             flat = 0
             for segment in range(count):
                 hyps = alive[segment]
-                chosen = self._extend(hyps, last[flat : flat + len(hyps)], beam, done[segment])
+                chosen = self._extend(
+                    hyps, last[flat : flat + len(hyps)], beams[segment], done[segment]
+                )
                 alive[segment] = [hyp for hyp, _ in chosen]
                 parents += [flat + parent for _, parent in chosen]
                 flat += len(hyps)

@@ -12,7 +12,7 @@ of its stated length (a final's cost depends on its segment's length alone).
     python bench/final_latency.py                         # models/default, one- and two-pass
     python bench/final_latency.py --lengths 10 --clips 20 --final-beam 5
     python bench/final_latency.py --precision float32     # Whisper's finals in float32
-    python bench/final_latency.py --final-padding 30      # Whisper's whole 30 s window
+    python bench/final_latency.py --final-window 30       # Whisper's whole 30 s window
 
 Prints p50 and p95 per length and mode, in milliseconds, and with --json writes them.
 """
@@ -87,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         "--final-beam", type=int, help="beam of Whisper's finals (default: bundle's)"
     )
     parser.add_argument(
-        "--final-padding",
+        "--final-window",
         type=float,
         metavar="SECONDS",
-        help="Whisper's padding encoded after each segment (default: bundle's)",
+        help="segments encoded with Whisper's padding up to this length (default: bundle's)",
+    )
+    parser.add_argument(
+        "--final-beam-max",
+        type=float,
+        metavar="SECONDS",
+        help="longer segments are decoded greedily (default: bundle's)",
     )
     parser.add_argument(
         "--precision",
@@ -106,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     decode.endpoint_on_eos = False  # one segment per clip (see the docstring)
     if args.precision:
         decode.whisper_finals = replace(decode.whisper_finals, precision=args.precision)
-    recognizer.set_search(1, 0.0, final_beam=args.final_beam, final_padding=args.final_padding)
+    recognizer.set_search(
+        1,
+        0.0,
+        final_beam=args.final_beam,
+        final_window=args.final_window,
+        final_beam_max=args.final_beam_max,
+    )
     modes = args.modes or (
         ["one-pass", "two-pass"] if recognizer.two_pass_problem() is None else ["one-pass"]
     )

@@ -155,6 +155,17 @@ def test_unknown_config_key_is_named(bundle: Path, edit) -> None:
         load_model(bundle)
 
 
+def test_a_retired_key_at_its_old_default_loads_and_set_is_named(bundle: Path) -> None:
+    """A config saved before decode.whisper_finals.padding_s gave way to window_s still
+    loads (it held the default, which nothing chose); one that set it is refused, naming
+    what replaced it."""
+    _edit_config(bundle, lambda d: d["decode"].update(whisper_finals={"padding_s": 0.0}))
+    assert load_model(bundle).config.decode.whisper_finals.window_s == 10.0
+    _edit_config(bundle, lambda d: d["decode"].update(whisper_finals={"padding_s": 6.0}))
+    with pytest.raises(ValueError, match=r"config\.json.*padding_s was retired: window_s"):
+        load_model(bundle)
+
+
 def test_bad_config_value_and_bad_json_are_named(bundle: Path) -> None:
     _edit_config(bundle, lambda d: d["decode"].update(beam_size="four"))
     with pytest.raises(ValueError, match=r"config\.json.*beam_size"):

@@ -62,10 +62,9 @@ def test_check_reports_a_stale_table_and_a_run_without_it_rewrites_it(
     assert results_table.main([*argv, "--check"]) == 0
 
 
-def test_recording_one_benchmark_keeps_the_others_figures(tmp_path: Path) -> None:
-    """finals_metrics --latency alone replaces the latency and keeps the WER and capacity."""
-    from training.recipes import finals_metrics
-
+def copied(tmp_path: Path) -> tuple[Path, Path]:
+    """The bundle's small files (its metrics.json and config.json with them) and the README,
+    for finals_metrics to rewrite."""
     bundle = tmp_path / "bundle"
     shutil.copytree(
         REPO / "models" / "default",
@@ -74,6 +73,14 @@ def test_recording_one_benchmark_keeps_the_others_figures(tmp_path: Path) -> Non
     )
     readme = tmp_path / "README.md"
     shutil.copy(REPO / "README.md", readme)
+    return bundle, readme
+
+
+def test_recording_one_benchmark_keeps_the_others_figures(tmp_path: Path) -> None:
+    """finals_metrics --latency alone replaces the latency and keeps the WER and capacity."""
+    from training.recipes import finals_metrics
+
+    bundle, readme = copied(tmp_path)
     before = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]
     latency = json.loads(json.dumps(before["final_latency"]))
     latency["2s"]["marker"] = 1  # told apart from the recorded figures
@@ -83,3 +90,27 @@ def test_recording_one_benchmark_keeps_the_others_figures(tmp_path: Path) -> Non
     after = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]
     assert after["final_latency"] == latency
     assert after["eval"] == before["eval"] and after["capacity"] == before["capacity"]
+
+
+def test_recording_some_rows_of_a_set_keeps_its_other_rows(tmp_path: Path) -> None:
+    """finals_metrics --real with two-pass alone (bench/real_speech.py --no-whisper) replaces
+    that row and keeps Whisper-base's and pocketsphinx's of the same recordings; a
+    different set of recordings replaces them all."""
+    from training.recipes import finals_metrics
+
+    bundle, readme = copied(tmp_path)
+    before = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]["eval"]["real"]
+    two_pass = dict(before["wer"]["two-pass"], errors=1, rate=1 / 607)
+    bench = {"all": {k: before[k] for k in ("utterances", "minutes")}}
+    bench["all"]["wer"] = {"models/default two-pass": two_pass}
+    (tmp_path / "real.json").write_text(json.dumps(bench))
+    args = ["--metrics", str(bundle / "metrics.json"), "--readme", str(readme)]
+    assert finals_metrics.main([*args, "--real", str(tmp_path / "real.json")]) == 0
+    after = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]["eval"]["real"]
+    assert after["wer"] == before["wer"] | {"two-pass": two_pass}
+    assert "| 64.7% / 0.2% / 18.0% / 69.7% |" in readme.read_text()
+    bench["all"]["utterances"] = 65
+    (tmp_path / "real.json").write_text(json.dumps(bench))
+    assert finals_metrics.main([*args, "--real", str(tmp_path / "real.json")]) == 0
+    after = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]["eval"]["real"]
+    assert after["wer"] == {"two-pass": two_pass}

@@ -54,7 +54,9 @@ def label(entries: list[Entry], args: argparse.Namespace) -> list[FinalText | No
             f"{args.model or default_model()} carries no Whisper decoder and teacher "
             "(asr import-whisper --bundle)"
         )
-    options = dataclasses.replace(recognizer.config.decode.whisper_finals, beam_size=args.beam)
+    options = dataclasses.replace(
+        recognizer.config.decode.whisper_finals, beam_size=args.beam, beam_max_s=MAX_SECONDS
+    )
     out: list[FinalText | None] = [None] * len(entries)
     wanted = [
         i

@@ -23,10 +23,12 @@ Each figure comes from a benchmark's --json output (run on this machine, one thr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
+from asr.config import Config
 from training.recipes.gather import REAL, SYNTHETIC
 from training.recipes.results_table import METRICS, README, rendered_readme
 from training.recipes.whisper_card import write_card
@@ -54,11 +56,21 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
     read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
     figures: dict[str, Any] = json.loads(json.dumps(before or {}))
     figures.setdefault("eval", {})
+    measured = {}
     if args.real:  # every recording together, as the card's real-speech row
-        figures["eval"][REAL] = eval_figures(read(args.real))["all"]
+        measured[REAL] = eval_figures(read(args.real))["all"]
     if args.synthetic:
         synthetic = eval_figures(read(args.synthetic))
-        figures["eval"] |= {split: synthetic[split] for split in SYNTHETIC if split in synthetic}
+        measured |= {split: synthetic[split] for split in SYNTHETIC if split in synthetic}
+    for split, new in measured.items():
+        # a run of some rows (--no-whisper, say) keeps the others' figures of the same set
+        old = figures["eval"].get(split)
+        if old and (old["utterances"], round(old["minutes"], 3)) == (
+            new["utterances"],
+            round(new["minutes"], 3),
+        ):
+            new["wer"] = old["wer"] | new["wer"]
+        figures["eval"][split] = new
     if args.latency:
         figures["final_latency"] = read(args.latency)
     for path in args.capacity or []:
@@ -82,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = json.loads(args.metrics.read_text())
     metrics["whisper_finals"] = gather(args, metrics.get("whisper_finals"))
+    if args.real or args.synthetic or args.latency or args.capacity:
+        # the settings these figures were measured with: the bundle's, as the benchmarks ran it
+        config = Config.from_dict(json.loads((args.metrics.parent / "config.json").read_text()))
+        settings = dataclasses.asdict(config.decode.whisper_finals)
+        metrics["whisper_finals"]["settings"] = settings
     metrics["goals"] = evaluate_goals(goal_figures(metrics))  # two-pass: Whisper's finals
     bundle = args.metrics.parent  # its size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}

@@ -348,21 +348,48 @@ FINALS_COMMANDS = {
 }
 
 
+def _window(settings: dict[str, Any] | None) -> str:
+    """How the teacher reads a segment, as the figures were measured (``settings``: the
+    bundle's decode.whisper_finals then; None: not recorded)."""
+    if settings is None:
+        return ""
+    if not settings["window_s"]:
+        return " at the segment's own length"
+    return (
+        f" (a segment shorter than {settings['window_s']:g} s followed by Whisper's own"
+        " padding up to it)"
+    )
+
+
+def _beam(settings: dict[str, Any] | None) -> str:
+    """The decoder's search, as the figures were measured."""
+    if settings is None:
+        return ""
+    if settings["beam_size"] == 1:
+        return ", greedy"
+    return (
+        f", a beam of {settings['beam_size']} for segments up to {settings['beam_max_s']:g} s"
+        " and greedy beyond"
+    )
+
+
 def whisper_finals_text(finals: dict[str, Any] | None) -> str:
     """The section on two-pass finals by Whisper's decoder (issue #42), or nothing where
     metrics.json has none of its figures (``training.recipes.finals_metrics`` records them)."""
     if not finals:
         return ""
+    settings = finals.get("settings")
     lines = [
         "",
         "## Two-pass finals by Whisper's decoder",
         "",
         "With two-pass finals (`--two-pass`, `two_pass` in a stream's `start`, the page's",
         '"Finals" choice), each closed segment is encoded again by the full-attention',
-        "teacher at its own length and Whisper-base's own decoder (`whisper_decoder.safetensors`,",
-        "greedy) writes its final: cased and punctuated, with no-speech, suppression",
-        "and loop checks, token times from its alignment heads. Partials stay the streaming",
-        "pass's. WER on normalised text (one thread, greedy streaming pass without the LM):",
+        f"teacher{_window(settings)} and Whisper-base's own decoder",
+        f"(`whisper_decoder.safetensors`{_beam(settings)}) writes its final: cased and",
+        "punctuated, with no-speech, suppression and loop checks, token times from its",
+        "alignment heads. Partials stay the streaming pass's. WER on normalised text (one",
+        "thread, greedy streaming pass without the LM):",
         "",
         "| set | utterances | one-pass finals | two-pass finals | Whisper-base offline "
         "| pocketsphinx | command |",
