@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from asr.config import WhisperFinalsConfig
+from asr.frontend import STATE_SECONDS
 from asr.whisper_decoder import (
     DecoderCache,
     Memory,
@@ -55,7 +56,6 @@ from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_text import WhisperVocabulary
 
 STATES_PER_WINDOW = 1500  # Whisper's 30 s window, in encoder states
-STATE_SECONDS = 0.02  # one of the teacher's states
 MEDIAN_WIDTH = 7  # Whisper's filter of alignment weights along time
 # a run said over and over is a loop once its copies span this many tokens (and 4 copies)
 LOOP_SPAN = 8

@@ -48,6 +48,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from asr.attention import soft_monotonic_alignment
+from asr.frontend import STATE_SECONDS
 from asr.speller import CHUNK_STATES, POLICY_FILE, PolicyEnergy, SpellerModel
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from asr.recognizer import Recognizer
     from training.manifest import Entry
 
-STATE_SECONDS = 0.02  # one student state
 WORD_STARTS = (" ",)  # a Whisper token that starts a word
 
 

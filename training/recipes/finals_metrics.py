@@ -94,13 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = json.loads(args.metrics.read_text())
     metrics["whisper_finals"] = gather(args, metrics.get("whisper_finals"))
+    bundle = args.metrics.parent
     if args.real or args.synthetic or args.latency or args.capacity:
         # the settings these figures were measured with: the bundle's, as the benchmarks ran it
-        config = Config.from_dict(json.loads((args.metrics.parent / "config.json").read_text()))
-        settings = dataclasses.asdict(config.decode.whisper_finals)
-        metrics["whisper_finals"]["settings"] = settings
+        finals = Config.load(bundle / "config.json").decode.whisper_finals
+        metrics["whisper_finals"]["settings"] = dataclasses.asdict(finals)
     metrics["goals"] = evaluate_goals(goal_figures(metrics))  # two-pass: Whisper's finals
-    bundle = args.metrics.parent  # its size now counts Whisper's decoder and tokenizer
+    # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}
     metrics["files"], metrics["megabytes"] = files, sum(files.values()) / 1e6
