@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from asr.audio import read_audio
 from asr.bundle import load_model
+from asr.frontend import STATE_SECONDS
 from asr.recognizer import Recognizer
 from asr.scoring import score
 from asr.whisper_decoder import DecoderCache, bfloat16_kernels, load_decoder
@@ -44,6 +45,19 @@ def recognizer() -> Recognizer:
     recognizer = load_model(MODEL)
     recognizer.set_search(1, 0.0, two_pass=True, final_beam=1)
     return recognizer
+
+
+def assert_same_finals(got: list[tuple], expected: list[tuple]) -> None:
+    """The same finals (``tests.test_streaming.finals`` tuples): segment, tokens, text and
+    start exactly, and each token time (so the end, the last of them) within one encoder
+    state. The times come from a path through Whisper's cross-attention weights, and a
+    final written on another thread beside a streaming step sums those weights in another
+    order: a rounding apart can move a token's state by one (seen in CI, 1.42 s against
+    1.44 s), never its word."""
+    assert [f[:4] for f in got] == [f[:4] for f in expected]
+    for (*_, end, times), (*_, end_expected, times_expected) in zip(got, expected):
+        assert end == pytest.approx(end_expected, abs=STATE_SECONDS + 1e-6)
+        assert times == pytest.approx(times_expected, abs=STATE_SECONDS + 1e-6)
 
 
 def rows(split: str) -> list[dict]:
@@ -480,7 +494,16 @@ def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
 
         transcripts = asyncio.run(sessions())
         status, ready = live.get_json("/readyz")
-    assert [t.segments for t in transcripts] == [expected[True], expected[False]]
+    two_pass, one_pass = (t.segments for t in transcripts)
+    assert one_pass == expected[False]
+
+    def final_rows(results: list[Result]) -> list[tuple]:
+        return [
+            (r.segment, r.tokens, r.text, r.start, r.end, r.token_times) for r in results if r.final
+        ]
+
+    assert_same_finals(final_rows(two_pass), final_rows(expected[True]))
+    assert [r for r in two_pass if not r.final] == [r for r in expected[True] if not r.final]
     assert status == 200 and ready["two_pass"] == {"available": True, "default": False}
 
 
@@ -506,4 +529,4 @@ def test_finals_written_beside_the_steps_come_with_a_later_step(recognizer: Reco
     rest = step_sessions([session], [samples[cut:]], background)[0]
     last = step_sessions([session], [None], background)[0]
     assert not isinstance(rest, Exception) and not isinstance(last, Exception)
-    assert finals([*first, *rest, *last]) == inline
+    assert_same_finals(finals([*first, *rest, *last]), inline)
