@@ -148,6 +148,7 @@ def load_model(directory: str | Path) -> Recognizer:
         lm_file,
         frontend=frontend,
         whisper_files=whisper_files if has_whisper else None,
+        root=root,
     )
     recognizer.set_search()  # a config that wants the LM loads it (or fails) here, not later
     return recognizer

@@ -24,7 +24,6 @@ from asr.events import Event
 from asr.whisper_finals import FinalText, WhisperFinals
 
 if TYPE_CHECKING:
-    from asr.decoding import Segment
     from asr.streaming import StreamingSession
 
 
@@ -34,9 +33,11 @@ class PendingFinal:
     when it closes, so finals keep their order however late they come)."""
 
     session: StreamingSession
-    segment: Segment  # the first pass's
+    start: int  # the segment's encoder states [start, end)
+    end: int
     number: int
     mel: torch.Tensor  # the segment's log-mel frames
+    fallback: Event  # the first pass's final, given where Whisper's text fails its loop check
 
     @property
     def options(self) -> WhisperFinalsConfig:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import argparse
 import math
+import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from asr.config import Config
+from asr.config import Config, SessionOptions, StreamingDecoder
 from asr.ctc_prefix import check_weight
 from asr.events import Event
 from asr.formats import plain_text
 from asr.frontend import Frontend, load_frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
-from asr.streaming import StreamingSession, two_pass_teacher
+from asr.speller import Policy, SpellerModel, bundle_policy
+from asr.streaming import StreamingSession, check_whisper_window, two_pass_teacher
 from asr.tokenizer import Tokenizer
 from asr.whisper_decoder import load_decoder
 from asr.whisper_finals import WhisperFinals
@@ -62,7 +64,9 @@ class Recognizer:
     # Whisper's decoder and tokenizer (whisper_decoder.safetensors, whisper_tokenizer.json),
     # if the bundle carries them: two-pass finals are then Whisper's (asr.whisper_finals)
     whisper_files: tuple[Path, Path] | None = None
+    root: Path | None = None  # the bundle's directory (None: a model made in code)
     _whisper_finals: WhisperFinals | None = field(default=None, init=False, repr=False)
+    _speller: tuple[SpellerModel, Policy] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.frontend is None:
@@ -78,12 +82,18 @@ class Recognizer:
         final_beam: int | None = None,
         final_window: float | None = None,
         final_beam_max: float | None = None,
+        streaming_decoder: StreamingDecoder | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
-        end-of-stream silence and the beam, window and beam's longest segment of Whisper's
-        finals (None keeps them), checking each."""
+        end-of-stream silence, the beam, window and beam's longest segment of Whisper's
+        finals and what writes the streaming pass (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
+        if streaming_decoder is not None:
+            SessionOptions(streaming_decoder=streaming_decoder)  # one of the choices
+            if streaming_decoder == "whisper":
+                self.speller()  # fails now, naming what is missing
+            decode.streaming_decoder = streaming_decoder
         if two_pass is not None:
             if two_pass:
                 two_pass_teacher(self.frontend, decode)  # fails now, naming what is missing
@@ -124,16 +134,49 @@ class Recognizer:
                 )
             self.lm = lm
 
+    def option_problems(self) -> dict[str, str]:
+        """Why a session cannot choose what an option offers beyond the LSTM's one pass
+        (``two_pass`` finals; the ``streaming_decoder`` "whisper"), by option, for each it
+        cannot. What they need is loaded now (once), so a session that asks later does not
+        wait for it."""
+        problems = {
+            "two_pass": self.two_pass_problem(),
+            "streaming_decoder": self._problem(self.speller),
+        }
+        return {option: problem for option, problem in problems.items() if problem is not None}
+
     def two_pass_problem(self) -> str | None:
-        """Why this model cannot give two-pass finals, or None when it can. The teacher is
-        loaded now (once), so a session that asks for them later does not wait for it."""
+        """Why this model cannot give two-pass finals, or None when it can (the teacher and
+        Whisper's decoder loaded now, once)."""
         assert self.frontend is not None
+        frontend, decode = self.frontend, self.config.decode
+        return self._problem(lambda: (two_pass_teacher(frontend, decode), self.whisper_finals()))
+
+    @staticmethod
+    def _problem(load: Callable[[], object]) -> str | None:
         try:
-            two_pass_teacher(self.frontend, self.config.decode)
-            self.whisper_finals()
+            load()
         except (ValueError, FileNotFoundError) as err:
             return str(err)
         return None
+
+    def speller(self) -> tuple[SpellerModel, Policy]:
+        """Whisper's decoder and the bundle's learnt policy, which spell the streaming pass
+        where ``decode.streaming_decoder`` is "whisper", shared by every session (loaded on
+        first use; the decoder in float32, as the policy learnt it, apart from the finals'
+        bfloat16 copy); an error naming what the bundle lacks."""
+        assert self.frontend is not None
+        if self._speller is None:
+            if self.whisper_files is None or self.root is None:
+                raise ValueError(
+                    "the streaming decoder 'whisper' needs a bundle of the Whisper front end "
+                    "that carries Whisper's decoder (whisper_decoder.safetensors)"
+                )
+            check_whisper_window(self.config.decode, "Whisper's streaming decoder's segments")
+            policy = bundle_policy(self.root)
+            model = SpellerModel.load(*self.whisper_files, self.frontend.full_attention())
+            self._speller = (model, policy)
+        return self._speller
 
     def whisper_finals(self) -> WhisperFinals | None:
         """Whisper's final pass, shared by every session (loaded on first use), or None where
@@ -150,17 +193,25 @@ class Recognizer:
             self._whisper_finals = WhisperFinals(teacher, decoder, rules, vocabulary, precision)
         return self._whisper_finals
 
-    def stream(self, sample_rate: int, two_pass: bool | None = None) -> StreamingSession:
-        """A new session. ``two_pass`` (None: the bundle's decode.two_pass) is this session's
+    def stream(self, sample_rate: int, options: SessionOptions | None = None) -> StreamingSession:
+        """A new session. ``options`` (None: the bundle's decode settings) are this session's
         alone: it gets its own decode settings, the shared config is left as it is."""
         assert self.frontend is not None
         config = self.config
-        if two_pass is not None and two_pass != config.decode.two_pass:
-            decode = replace(config.decode, two_pass=two_pass)
+        decode = options.applied(config.decode) if options is not None else config.decode
+        if decode != config.decode:
             config = replace(config, decode=decode)
-        finals = self.whisper_finals() if config.decode.two_pass else None
+        finals = self.whisper_finals() if decode.two_pass else None
+        speller = self.speller() if decode.streaming_decoder == "whisper" else None
         return StreamingSession(
-            self.model, self.tokenizer, config, sample_rate, self.frontend, self.lm, finals
+            self.model,
+            self.tokenizer,
+            config,
+            sample_rate,
+            self.frontend,
+            self.lm,
+            finals,
+            speller,
         )
 
     def transcribe_segments(
@@ -168,13 +219,13 @@ class Recognizer:
         samples: np.ndarray,
         sample_rate: int,
         progress: Callable[[float], None] | None = None,
-        two_pass: bool | None = None,
+        options: SessionOptions | None = None,
     ) -> list[Event]:
         """The final segments of the whole signal (those with text). It is fed to the session
         in pieces of ``OFFLINE_CHUNK_S`` (any chunking gives the same result), which bounds the
         memory a long file needs and lets ``progress`` hear the seconds of audio done after
-        each piece. ``two_pass``: as in :meth:`stream`."""
-        session = self.stream(sample_rate, two_pass)
+        each piece. ``options``: as in :meth:`stream`."""
+        session = self.stream(sample_rate, options)
         events: list[Event] = []
         done = 0
         for piece in offline_pieces(samples, sample_rate):
@@ -199,6 +250,7 @@ class Recognizer:
             args.final_beam,
             args.final_window,
             args.final_beam_max,
+            args.streaming_decoder,
         )
 
 
@@ -213,7 +265,7 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight, --two-pass, --final-beam, --final-beam-max, --final-window,
-    --ctc-weight and --end-pad, the search
+    --streaming-decoder, --ctc-weight and --end-pad, the search
     settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -253,6 +305,13 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         help="a two-pass segment shorter than this is encoded with Whisper's padding up to "
         "it, 0 to 30 s: longer reads better and costs more (default: the bundle's "
         "decode.whisper_finals.window_s)",
+    )
+    parser.add_argument(
+        "--streaming-decoder",
+        choices=typing.get_args(StreamingDecoder),
+        help="what writes partials and one-pass finals: the model's LSTM decoder, or "
+        "Whisper's decoder under the bundle's learnt monotonic policy (cased and better "
+        "read, later and dearer; default: the bundle's decode.streaming_decoder)",
     )
     parser.add_argument(
         "--ctc-weight",

@@ -49,6 +49,7 @@ close (:meth:`Speller.accept` then :meth:`Speller.finish`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from asr.attention import MonotonicEnergy
+from asr.frontend import BUNDLE_ENCODER_FILE
 from asr.whisper_decoder import (
     DecoderCache,
     Memory,
@@ -70,7 +72,7 @@ from asr.whisper_decoder import (
     loop_start,
 )
 from asr.whisper_encoder import WhisperEncoder
-from asr.whisper_finals import LOOP_SPAN, STATES_PER_WINDOW, silent_memory
+from asr.whisper_finals import LOOP_SPAN, silent_memory
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
@@ -154,29 +156,40 @@ class GrowingMemory:
     far, computed once per state, in buffers that grow by doubling. With encoded silence
     (``silence`` given) a layer's buffer holds the silent window's 1500 states first and
     the segment's after them, so that the memory cut at any boundary is a view of it and a
-    mask: the segment's states before the boundary, the silence's from the boundary on."""
+    mask: the segment's states before the boundary, the silence's from the boundary on.
+    The buffers are made with the first states (a segment that has none, as a session's
+    between two endpoints before any audio, holds nothing: with silence they are some 40 MB
+    in float32) and start with room for ``FIRST_ROOM`` states."""
+
+    FIRST_ROOM = 256  # states (5 s); the buffers double as a segment grows past it
 
     def __init__(self, decoder: WhisperTextDecoder, silence: Memory | None) -> None:
         self.decoder = decoder
+        self.silence = silence
         self.offset = 0 if silence is None else silence[0][0].shape[2]
+        self._buffers: list[tuple[Tensor, Tensor]] = []
+        self.length = 0  # states of the segment
+
+    def _make_buffers(self, room: int) -> None:
+        decoder = self.decoder
         heads = decoder.layers[0].heads
         width = decoder.embed.weight.shape[1]
-        shape = (1, heads, self.offset + STATES_PER_WINDOW, width // heads)
+        shape = (1, heads, self.offset + room, width // heads)
         # the decoder's own memory type (bfloat16 for the finals' packed decoder)
         dtype = decoder.memory(torch.zeros(1, 1, width))[0][0].dtype
-        self._buffers: list[tuple[Tensor, Tensor]] = []
         for layer in range(len(decoder.layers)):
             keys, values = torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
-            if silence is not None:
-                keys[:, :, : self.offset] = silence[layer][0]
-                values[:, :, : self.offset] = silence[layer][1]
+            if self.silence is not None:
+                keys[:, :, : self.offset] = self.silence[layer][0]
+                values[:, :, : self.offset] = self.silence[layer][1]
             self._buffers.append((keys, values))
-        self.length = 0  # states of the segment
 
     def add(self, states: Tensor) -> None:
         """Append encoder states [n, d]."""
         if not len(states):
             return
+        if not self._buffers:
+            self._make_buffers(max(self.FIRST_ROOM, len(states)))
         end = self.offset + self.length + len(states)
         if end > self._buffers[0][0].shape[2]:
             grow = max(end, 2 * self._buffers[0][0].shape[2]) - self._buffers[0][0].shape[2]
@@ -385,6 +398,35 @@ class Learnt:
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
         return cls(energy, threshold)
+
+
+def student_sha1(bundle: Path) -> str:
+    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
+    digest = hashlib.sha1()
+    with open(bundle / BUNDLE_ENCODER_FILE, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bundle_policy(bundle: Path) -> Learnt:
+    """The learnt policy a bundle carries (``POLICY_FILE``), checked to be for its student:
+    a FileNotFoundError or ValueError naming what is missing or mismatched."""
+    path = bundle / POLICY_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model bundle {bundle} has no {POLICY_FILE} (train one with `asr train-speller`)"
+        )
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        learnt_on = (f.metadata() or {}).get("student_sha1")
+    if learnt_on is not None and learnt_on != student_sha1(bundle):
+        raise ValueError(
+            f"{path} was learnt on another streaming student than the bundle's "
+            f"{BUNDLE_ENCODER_FILE}: train it again with `asr train-speller`"
+        )
+    return Learnt.load(path)
 
 
 class Speller:

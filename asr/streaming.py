@@ -25,6 +25,8 @@ from asr.final_pass import FinalsInBackground, PendingFinal, write_finals
 from asr.frontend import Frontend, PauseRestart, frames_of_each
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
+from asr.spelled_pass import SpelledPass
+from asr.speller import Policy, SpellerModel
 from asr.tokenizer import Tokenizer
 from asr.whisper_encoder import WhisperEncoder
 from asr.whisper_finals import FinalText, WhisperFinals
@@ -37,12 +39,17 @@ def two_pass_teacher(frontend: Frontend, decode: DecodeConfig) -> WhisperEncoder
     """The full-attention encoder that two-pass finals read (loaded on first use); a ValueError
     naming what is missing or which setting stops them."""
     teacher = frontend.full_attention()
+    check_whisper_window(decode, "two-pass finals")
+    return teacher
+
+
+def check_whisper_window(decode: DecodeConfig, what: str) -> None:
+    """A ValueError unless a segment fits Whisper's 30 s window, which ``what`` reads."""
     if decode.max_segment_s > TWO_PASS_MAX_SEGMENT_S:
         raise ValueError(
-            f"two-pass finals cover at most {TWO_PASS_MAX_SEGMENT_S:g} s: "
+            f"{what} cover at most {TWO_PASS_MAX_SEGMENT_S:g} s: "
             f"set decode.max_segment_s <= {TWO_PASS_MAX_SEGMENT_S:g}"
         )
-    return teacher
 
 
 @contextmanager
@@ -139,7 +146,7 @@ def _step_round(
     decoded: dict[int, list[Event | PendingFinal]] = {}
     for k in frames:
         try:
-            decoded[k] = sessions[k]._decode(encoded.get(k))
+            decoded[k] = sessions[k]._decode(encoded.get(k), frames[k])
         except Exception as err:
             outcomes[k] = err
     if background is None:
@@ -177,9 +184,11 @@ class StreamingSession:
         frontend: Frontend,
         lm: TokenLM | None = None,
         whisper: WhisperFinals | None = None,
+        speller: tuple[SpellerModel, Policy] | None = None,
     ) -> None:
         """``whisper``: with two-pass finals, Whisper's decoder writes them (else the model's
-        own decoder reads the teacher's states)."""
+        own decoder reads the teacher's states). ``speller``: Whisper's decoder and the learnt
+        policy that spell the streaming pass where ``decode.streaming_decoder`` asks for it."""
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -211,10 +220,16 @@ class StreamingSession:
         self._lm = lm
         # greedy partials: the search that runs as audio comes is greedy without the LM, and
         # each final comes from a search with the beam and the LM over its segment's states
-        self._decode_finals = decode.greedy_partials and (
-            decode.beam_size > 1 or decode.lm_weight > 0
+        # (where Whisper's decoder spells the streaming pass, the search only finds where
+        # segments end, greedily)
+        spelled = decode.streaming_decoder == "whisper"
+        self._decode_finals = (
+            not spelled
+            and decode.greedy_partials
+            and (decode.beam_size > 1 or decode.lm_weight > 0)
         )
-        self._search = SegmentSearch(model, decode.greedy() if self._decode_finals else decode, lm)
+        greedy = self._decode_finals or spelled
+        self._search = SegmentSearch(model, decode.greedy() if greedy else decode, lm)
         # That search runs alongside the greedy one (two-pass finals search the teacher's
         # states instead), fed each state once the greedy segment surely holds it, so that
         # a final costs at its end only the segment's last few states, not the whole segment
@@ -227,6 +242,15 @@ class StreamingSession:
         self._loudness = HopLoudness(int(round(frontend.sample_rate * frontend.frame_seconds)))
         self._hop_db: deque[float] = deque()  # loudness of frames not yet in a state
         self._frames_per_state = model.encoder.reduction
+        self._spelled: SpelledPass | None = None
+        if spelled:
+            if speller is None:
+                raise ValueError(
+                    "decode.streaming_decoder 'whisper' needs Whisper's decoder and a learnt "
+                    "policy (the bundle's speller_policy.safetensors)"
+                )
+            check_whisper_window(decode, "Whisper's streaming decoder's segments")
+            self._spelled = SpelledPass(*speller, self._frames_per_state)
         self.state_seconds = self._frames_per_state * frontend.frame_seconds
         self._silent_states = 0
         self._segment = 0
@@ -297,17 +321,24 @@ class StreamingSession:
         self._frames_encoded += feats.shape[1]
         return done, feats
 
-    def _decode(self, states: torch.Tensor | None) -> list[Event | PendingFinal]:
-        """Search the new encoder states [1, n, D] one at a time; after finish, end the stream."""
+    def _decode(self, states: torch.Tensor | None, heard: np.ndarray) -> list[Event | PendingFinal]:
+        """Search the new encoder states [1, n, D] one at a time (``heard``: the front end's
+        new frames, which Whisper's decoder spells where it writes the streaming pass);
+        after finish, end the stream."""
         events: list[Event | PendingFinal] = []
+        if self._spelled is not None:
+            self._spelled.add(heard)
         if states is not None:
             for state in states[0]:
                 events += self._on_state(state.unsqueeze(0))
+        search = self._search
         if self._finished:
-            search = self._search
             while search.segment_start < search.states_seen:
-                segment = search.advance(complete=True)
-                events += self._final(segment)
+                events += self._final(search.advance(complete=True))
+            if self._spelled is not None:
+                events += self._spelled_final(search.states_seen)
+        elif self._spelled is not None and self._spelled.read_until(search.states_seen):
+            events.append(self._spelled_event("partial", search.states_seen))
         return events
 
     def _on_state(self, state: torch.Tensor) -> list[Event | PendingFinal]:
@@ -330,7 +361,7 @@ class StreamingSession:
                 break
             events += self._final(segment)
         prefix = search.stable_prefix()
-        if prefix != self._partial:
+        if prefix != self._partial and self._spelled is None:
             self._partial = prefix
             positions = search.best_positions[: len(prefix)]
             events.append(
@@ -338,12 +369,13 @@ class StreamingSession:
             )
         self._feed_finals(search.undecided_from)
         # Forced endpoints, checked at every state so that chunking cannot move them.
-        seconds_in_segment = (search.states_seen - search.segment_start) * self.state_seconds
+        start, said = search.segment_start, search.best_tokens
+        if self._spelled is not None:  # its segments end at endpoints alone
+            start, said = self._spelled.start, self._spelled.tokens
+        seconds_in_segment = (search.states_seen - start) * self.state_seconds
         trailing_silence = self._silent_states * self.state_seconds
         if (
-            decode.endpoint_silence_s > 0
-            and trailing_silence >= decode.endpoint_silence_s
-            and search.best_tokens
+            decode.endpoint_silence_s > 0 and trailing_silence >= decode.endpoint_silence_s and said
         ) or seconds_in_segment >= decode.max_segment_s:
             events += self._endpoint()
         return events
@@ -352,6 +384,8 @@ class StreamingSession:
         """End the segment after the states seen so far; the next one begins there."""
         search = self._search
         events = self._final(search.end_segment())
+        if self._spelled is not None:
+            events += self._spelled_final(search.states_seen)
         search.restart_at(search.states_seen)
         if self._finals is not None:  # the next segment starts there for both searches
             self._feed_finals(search.states_seen, decode=False)
@@ -363,21 +397,82 @@ class StreamingSession:
         return events
 
     def _final(self, segment: Segment | None) -> list[Event | PendingFinal]:
+        """The final of a segment the search ended (None: it heard nothing): the streaming
+        pass's, or Whisper's to be written (:class:`PendingFinal`). Where Whisper's decoder
+        spells the streaming pass, the search's segments only say whether it heard words:
+        the spelled segments end at endpoints alone (:meth:`_spelled_final`)."""
         self._partial = []
-        if segment is not None and segment.tokens and self._whisper is not None:
-            mel = self._segment_mel(segment)
-            if len(mel) >= 2:
-                self._segment += 1
-                return [PendingFinal(self, segment, self._segment - 1, mel)]
-        if segment is not None and self._teacher is not None:
+        if self._spelled is not None:
+            self._spelled.heard |= segment is not None and bool(segment.tokens)
+            return []
+        if segment is None:
+            return []
+        if segment.tokens and self._whisper is not None:
+            first = self._event(
+                "final", segment.tokens, segment.start, segment.end, segment.positions
+            )
+            pending = self._pending_final(first, segment.start, segment.end)
+            if pending is not None:
+                return [pending]
+        if self._teacher is not None:
             segment = self._second_pass(segment)
-        elif segment is not None and self._finals is not None:
+        elif self._finals is not None:  # (an empty greedy segment may hold the beam's words)
             segment = self._final_from_beam(segment)
-        if segment is None or not segment.tokens:
+        if not segment.tokens:
             return []
         event = self._event("final", segment.tokens, segment.start, segment.end, segment.positions)
         self._segment += 1
         return [event]
+
+    def _pending_final(self, first: Event, start: int, end: int) -> PendingFinal | None:
+        """With Whisper's finals, the segment of encoder states [start, end) to be written by
+        them, ``first`` (the streaming pass's final) its fallback; else None."""
+        if self._whisper is None:
+            return None
+        mel = self._segment_mel(start, end)
+        if len(mel) < 2:
+            return None
+        self._segment += 1
+        return PendingFinal(self, start, end, first.segment, mel, first)
+
+    def _spelled_final(self, closes_at: int) -> list[Event | PendingFinal]:
+        """Close the spelled pass's segment before encoder state ``closes_at``: its final
+        (or Whisper's to be written), none if it said nothing."""
+        assert self._spelled is not None
+        start = self._spelled.start
+        first = self._spelled_event("final", closes_at)
+        if not first.tokens:
+            return []
+        pending = self._pending_final(first, start, closes_at)
+        if pending is not None:
+            return [pending]
+        self._segment += 1
+        return [first]
+
+    def _spelled_event(self, kind: str, until: int) -> Event:
+        """The spelled pass's event of its open segment, from the encoder states before
+        ``until``: a partial of its tokens so far (ending at the audio heard), or its final,
+        closing the segment there (ending at its last token). Each token is timed at its
+        boundary."""
+        spelled = self._spelled
+        assert spelled is not None
+        start = spelled.start
+        if kind == "final":
+            tokens, boundaries = spelled.close(until)
+            end = boundaries[-1] if boundaries else until * self._frames_per_state
+        else:
+            tokens, boundaries = spelled.tokens, spelled.boundaries
+            end = until * self._frames_per_state
+        per_state = self.state_seconds / self._frames_per_state
+        return Event(
+            kind=kind,  # type: ignore[arg-type]
+            segment=self._segment,
+            text=spelled.text(tokens),
+            tokens=spelled.pieces(tokens),
+            start=self._seconds(start),
+            end=round(end * per_state, 3),
+            token_times=[round(b * per_state, 3) for b in boundaries],
+        )
 
     def _feed_finals(self, before: int, decode: bool = True) -> None:
         """Give the finals' search the states before ``before`` it has not had, and search
@@ -413,37 +508,30 @@ class StreamingSession:
         """The segment again, from the full-attention teacher over its log-mel frames, through
         the same LAS layers (from a fresh state, as training runs each utterance) and decoder."""
         assert self._teacher is not None
-        mel = self._segment_mel(segment)
+        mel = self._segment_mel(segment.start, segment.end)
         if not segment.tokens or len(mel) < 2:
             return segment  # the streaming pass heard nothing here: no second look
         states, _ = self._teacher(mel.unsqueeze(0))
         memory, lengths = self.model.encode(states, torch.tensor([states.shape[1]]))
         return self._decode_again(segment, memory[0, : int(lengths[0])])
 
-    def _segment_mel(self, segment: Segment) -> torch.Tensor:
-        """The log-mel frames of the segment's audio (kept for the second pass)."""
+    def _segment_mel(self, start: int, end: int) -> torch.Tensor:
+        """The log-mel frames of the audio of encoder states [start, end) (kept for the second
+        pass)."""
         mel_per_state = 2 * self._frames_per_state
         return self._frames.mel_between(  # type: ignore[attr-defined]
-            segment.start * mel_per_state, segment.end * mel_per_state
+            start * mel_per_state, end * mel_per_state
         )
 
     def _written(self, pending: PendingFinal, text: FinalText) -> Event:
         """The final Whisper wrote for a pending segment: its cased, punctuated text (empty
         where it heard no speech), each token timed by its alignment; the first pass's final
         where Whisper's text failed its loop check."""
-        segment = pending.segment
         if text.fallback:
-            return self._event(
-                "final",
-                segment.tokens,
-                segment.start,
-                segment.end,
-                segment.positions,
-                pending.number,
-            )
-        start = self._seconds(segment.start)
+            return pending.fallback
+        start = self._seconds(pending.start)
         step = self.state_seconds / self._frames_per_state  # the teacher's states
-        end = self._seconds(segment.end)
+        end = self._seconds(pending.end)
         times = [min(round(start + e * step, 3), end) for e in text.ends]
         return Event(
             kind="final",

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.audio import read_audio  # noqa: E402
 from asr.bundle import load_model  # noqa: E402
+from asr.config import SessionOptions  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 
 HELDOUT = ROOT / "tests" / "data" / "heldout"
@@ -67,7 +68,7 @@ def clip(utterances: list[np.ndarray], seconds: float, index: int) -> np.ndarray
 def finish_seconds(recognizer: Recognizer, audio: np.ndarray, two_pass: bool) -> float:
     """Wall time of ``finish()`` after the clip streamed in 100 ms chunks; the final it
     returns must cover the clip."""
-    session = recognizer.stream(RATE, two_pass)
+    session = recognizer.stream(RATE, SessionOptions(two_pass=two_pass))
     for start in range(0, len(audio), CHUNK):
         session.accept(audio[start : start + CHUNK])
     started = time.perf_counter()

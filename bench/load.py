@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from asr.config import SessionOptions  # noqa: E402
 from server.client import Transcript, file_frames, load_file, stream  # noqa: E402
 
 SENTENCE = "the quick brown fox jumps over the lazy dog while the band plays on"
@@ -161,8 +162,8 @@ async def run_clients(
         if paced:  # spread the starts over one second, as independent users would
             await asyncio.sleep(i / args.clients)
         frames = file_frames(samples, rate, args.frame_ms, paced=paced)
-        two_pass = True if args.two_pass else None
-        return await stream(url, frames, rate, token=args.token, two_pass=two_pass)
+        options = SessionOptions(two_pass=True if args.two_pass else None)
+        return await stream(url, frames, rate, token=args.token, options=options)
 
     return await asyncio.gather(*(client(i) for i in range(args.clients)), return_exceptions=True)
 

@@ -1,6 +1,7 @@
 """Streaming benchmark: real-time factor, per-chunk latency, memory per session, streams per core, linear vs quadratic.
 
     python bench/streaming.py [--model DIR] [--seconds 60] [--batch 25] [--json PATH]
+    python bench/streaming.py --streaming-decoder whisper   # the streaming pass by Whisper's decoder
 
 Uses the bundled model (``models/default``) when it exists, otherwise a
 randomly initialised model of the default :class:`Config` size whose monotonic
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.audio import read_audio, resample  # noqa: E402
 from asr.bundle import load_model  # noqa: E402
-from asr.config import Config  # noqa: E402
+from asr.config import Config, StreamingDecoder  # noqa: E402
 from asr.decoding import SegmentSearch, drain  # noqa: E402
 from asr.features import CMVN, Fbank  # noqa: E402
 from asr.frontend import frames_of_many  # noqa: E402
@@ -248,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base-states", type=int, default=200, help="1x memory for the table")
     parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
+    parser.add_argument(
+        "--streaming-decoder",
+        choices=typing.get_args(StreamingDecoder),
+        help="what writes the streaming pass (default: the bundle's decode.streaming_decoder)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
@@ -255,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     audio = speech(args.seconds)
     if (args.model / "config.json").is_file():
         recognizer = load_model(args.model)
-        what = f"bundled model {args.model}"
+        recognizer.set_search(streaming_decoder=args.streaming_decoder)
+        what = f"bundled model {args.model}, {recognizer.config.decode.streaming_decoder} decoder"
     else:
         recognizer = random_recognizer(default_config(), audio)
         what = "random model of the default Config size (init_r=0; no bundle found)"

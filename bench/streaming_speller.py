@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
+from asr.config import SessionOptions  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 from asr.speller import (  # noqa: E402
     AtEnd,
@@ -164,7 +165,7 @@ def lstm(
     recognizer: Recognizer, samples: np.ndarray, chunk: int
 ) -> tuple[str, list[str], list[float]]:
     """The LSTM decoder's text, pieces, and when each piece settled in its place."""
-    session = recognizer.stream(SAMPLE_RATE, two_pass=False)
+    session = recognizer.stream(SAMPLE_RATE, SessionOptions(two_pass=False))
     finals: list[str] = []
     texts: list[str] = []
     partial: list[str] = []

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
+from asr.config import SessionOptions  # noqa: E402
 from asr.ctc_alignment import ctc_token_spans  # noqa: E402
 from asr.events import Event  # noqa: E402
 from asr.formats import word_times  # noqa: E402
@@ -58,8 +59,13 @@ from training.manifest import Entry, read_manifest  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
 
 GOAL_MS = 400.0  # issue #17: p95 at most this for the streaming pass
-# --model PATH:SUFFIX -> (two-pass finals, greedy search without the LM)
-SUFFIXES = {"two-pass": (True, False), "one-pass": (False, False), "greedy": (False, True)}
+# --model PATH:SUFFIX -> (two-pass finals, greedy search without the LM, streaming decoder)
+SUFFIXES = {
+    "two-pass": (True, False, None),
+    "one-pass": (False, False, None),
+    "greedy": (False, True, None),
+    "whisper": (False, True, "whisper"),  # the streaming pass spelled by Whisper's decoder
+}
 WORD_START = "\u2581"  # sentencepiece's word-start mark
 
 
@@ -95,7 +101,7 @@ def shown_times(
     """Final words (normalised), per word the seconds of audio fed when it settled in its
     place, and the time its final gives it. ``two_pass`` (None: the bundle's setting) picks
     the session's finals."""
-    session = recognizer.stream(rate, two_pass)
+    session = recognizer.stream(rate, SessionOptions(two_pass=two_pass))
     finals: list[tuple[str, float]] = []
     partial: list[str] = []
     history: list[tuple[float, list[str]]] = []  # (audio fed, transcript words then)
@@ -300,18 +306,20 @@ def table(rows: list[dict]) -> str:
 # -- command line ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelSpec:
-    """One --model: its text as given, the bundle, two-pass finals (None: the bundle's) and
-    whether its search is made greedy without the LM."""
+    """One --model: its text as given, the bundle, two-pass finals (None: the bundle's),
+    whether its search is made greedy without the LM, and its streaming decoder (None: the
+    bundle's)."""
 
     name: str
     path: Path
     two_pass: bool | None
     greedy: bool = False
+    streaming_decoder: str | None = None
 
 
 def model_spec(spec: str) -> ModelSpec:
-    """``PATH``, ``PATH:two-pass``, ``PATH:one-pass`` or ``PATH:greedy`` (a colon followed by a
-    path is part of the path)."""
+    """``PATH``, ``PATH:two-pass``, ``PATH:one-pass``, ``PATH:greedy`` or ``PATH:whisper``
+    (a colon followed by a path is part of the path)."""
     path, colon, suffix = spec.rpartition(":")
     if not colon or "/" in suffix:
         return ModelSpec(spec, Path(spec), None)
@@ -341,8 +349,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
         type=model_spec,
         nargs="+",
         required=True,
-        help="bundles, each optionally PATH:two-pass, PATH:one-pass or PATH:greedy (default: "
-        "its own finals and search)",
+        help="bundles, each optionally PATH:two-pass, PATH:one-pass, PATH:greedy or PATH:whisper "
+        "(its streaming pass by Whisper's decoder; default: its own finals and search)",
     )
     parser.add_argument(
         "--aligner",
@@ -378,11 +386,15 @@ def prepare(
     figures, recognizers = [], []
     for spec in specs:
         recognizer = bundles[spec.path]
-        if spec.greedy:
-            config = replace(recognizer.config, decode=recognizer.config.decode.greedy())
-            recognizer = replace(recognizer, config=config)
+        if spec.greedy or spec.streaming_decoder:
+            decode = recognizer.config.decode.greedy() if spec.greedy else recognizer.config.decode
+            if spec.streaming_decoder:
+                decode = replace(decode, streaming_decoder=spec.streaming_decoder)
+            recognizer = replace(recognizer, config=replace(recognizer.config, decode=decode))
         recognizers.append(recognizer)
+        problems = recognizer.option_problems() if spec.streaming_decoder else {}
         trouble = recognizer.two_pass_problem() if spec.two_pass else None
+        trouble = trouble or problems.get("streaming_decoder")
         if trouble:
             parser.error(f"--model {spec.name}: {trouble}")
         two_pass = recognizer.config.decode.two_pass if spec.two_pass is None else spec.two_pass

@@ -95,6 +95,7 @@ def create_app(settings: Settings) -> FastAPI:
             "processes": len(state.lanes),
             "live_processes": state.live_lanes,
             "two_pass": state.two_pass,
+            "streaming_decoder": state.streaming_decoder,
             "error": state.load_error,
         }
         return JSONResponse(body, status_code=200 if state.ready else 503)

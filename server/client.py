@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import os
 import signal
 import sys
 import time
+import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.uri import parse_uri
 
 from asr.audio import MAX_RATE, MIN_RATE, read_audio, resample
+from asr.config import SessionOptions, StreamingDecoder
 from asr.formats import FORMATS, format_of, plain_text, render
 from server.protocol import End, Error, Ready, Result, ServerMessage, Start, Stop
 
@@ -82,13 +85,14 @@ async def stream(
     encoding: str = "f32le",
     token: str | None = None,
     on_result: Callable[[Result], None] | None = None,
-    two_pass: bool | None = None,
+    options: SessionOptions | None = None,
 ) -> Transcript:
     """Run one session: start, send ``frames`` while reading results, stop, wait for end.
-    ``two_pass`` asks for two-pass finals or for none (None: the server's model decides)."""
+    ``options``: what the session asks for over the server's model's defaults."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
     transcript = Transcript(sample_rate)
-    start = Start(sample_rate=sample_rate, encoding=encoding, two_pass=two_pass)
+    chosen = dataclasses.asdict(options) if options is not None else {}
+    start = Start(sample_rate=sample_rate, encoding=encoding, **chosen)
     async with connect(url, additional_headers=headers, max_size=None) as ws:
         # unset fields stay out of the frame: a server that predates them still accepts it
         await ws.send(start.model_dump_json(exclude_none=True))
@@ -233,6 +237,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(--no-two-pass) for none (default: the server's model decides)",
     )
     parser.add_argument(
+        "--streaming-decoder",
+        choices=typing.get_args(StreamingDecoder),
+        help="what writes partials and one-pass finals: the model's LSTM decoder, or "
+        "Whisper's decoder (cased and better read, later; default: the server's model decides)",
+    )
+    parser.add_argument(
         "--format", choices=FORMATS, help="print the whole transcript in this format at the end"
     )
     parser.add_argument(
@@ -304,6 +314,7 @@ async def _main(args: argparse.Namespace, on_result: Callable[[Result], None] | 
     else:
         samples, rate = load_file(args.file)
         frames = file_frames(samples, rate, args.frame_ms, paced=not args.fast)
+    options = SessionOptions(args.two_pass, args.streaming_decoder)
     return await stream(
-        args.url, frames, rate, token=args.token, on_result=on_result, two_pass=args.two_pass
+        args.url, frames, rate, token=args.token, on_result=on_result, options=options
     )

@@ -36,15 +36,16 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from asr.audio import check_sample_rate
+from asr.config import SessionOptions, StreamingDecoder
 from asr.events import Event
 from asr.recognizer import offline_pieces
 from server.batching import BatchWorker, Outcome, Step, step_sessions
@@ -55,18 +56,44 @@ class LaneDied(RuntimeError):
     """The model process of a lane exited: the sessions it held are lost."""
 
 
+REFUSABLE = ("two_pass", "streaming_decoder")  # options a model may be unable to serve
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a session may ask of the lane's model, learnt once when the model loads, so a
     request the model cannot serve is refused before any stream exists."""
 
-    two_pass_default: bool = False  # what a start frame without ``two_pass`` gets
-    two_pass_problem: str | None = "no model is loaded"  # why two_pass=true is refused
+    # what a start frame that chooses nothing gets: the model's settings
+    two_pass_default: bool = False
+    streaming_decoder_default: StreamingDecoder = "lstm"
+    # why a session may not have an option's offer (two-pass finals, Whisper's streaming
+    # decoder), by option
+    problems: dict[str, str] = field(
+        default_factory=lambda: dict.fromkeys(REFUSABLE, "no model is loaded")
+    )
 
     @property
     def two_pass(self) -> bool:
         """Whether a session may ask for two-pass finals."""
-        return self.two_pass_problem is None
+        return "two_pass" not in self.problems
+
+    @property
+    def streaming_decoders(self) -> list[StreamingDecoder]:
+        """The streaming decoders a session may ask for."""
+        choices = get_args(StreamingDecoder)
+        return [c for c in choices if c == "lstm" or "streaming_decoder" not in self.problems]
+
+    def refusal(self, options: SessionOptions) -> str | None:
+        """Why a session's ``options`` cannot be served (None: they can), naming the option."""
+        asks = {
+            "two_pass": bool(options.two_pass),
+            "streaming_decoder": options.streaming_decoder == "whisper",
+        }
+        for option, asked in asks.items():
+            if asked and option in self.problems:
+                return f"{option}: {self.problems[option]}"
+        return None
 
 
 class Lane:
@@ -99,14 +126,14 @@ class Lane:
         """What the choice of a lane for new work ranks: its sessions and uploads."""
         return self.sessions + self.uploads
 
-    def open(self, sample_rate: int, two_pass: bool | None = None) -> Any:
-        """A new stream (raises ValueError for an unsupported rate); ``two_pass`` (None: the
-        model's default) must be one ``capabilities`` allows."""
-        stream = self._new_stream(sample_rate, two_pass)
+    def open(self, sample_rate: int, options: SessionOptions | None = None) -> Any:
+        """A new stream (raises ValueError for an unsupported rate); ``options`` (None: the
+        model's settings) must be ones ``capabilities`` allows."""
+        stream = self._new_stream(sample_rate, options or SessionOptions())
         self.sessions += 1
         return stream
 
-    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> Any:
+    def _new_stream(self, sample_rate: int, options: SessionOptions) -> Any:
         raise NotImplementedError
 
     def close(self, stream: Any) -> None:
@@ -121,7 +148,7 @@ class Lane:
         """The finals of a whole file: a session of the lane fed the pieces offline
         transcription feeds (the same finals), each a step of its own that waits its turn
         with the streaming sessions' steps, so none of them waits for the whole file."""
-        stream = self._new_stream(sample_rate, None)
+        stream = self._new_stream(sample_rate, SessionOptions())
         self.uploads += 1
         try:
             events: list[Event] = []
@@ -150,19 +177,19 @@ class LocalLane(Lane):
         )
         self.live = True
 
-    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> Any:
-        return self.recognizer.stream(sample_rate, two_pass)
+    def _new_stream(self, sample_rate: int, options: SessionOptions) -> Any:
+        return self.recognizer.stream(sample_rate, options)
 
 
 @dataclass(frozen=True)
 class RemoteStream:
-    """A session that lives in a model process: its id there, its sample rate and two-pass
-    choice (the process makes the stream on first use), and which of the lane's processes
+    """A session that lives in a model process: its id there, its sample rate and options
+    (the process makes the stream on first use), and which of the lane's processes
     (``generation``) holds its state."""
 
     sid: int
     sample_rate: int
-    two_pass: bool | None
+    options: SessionOptions
     generation: int
 
 
@@ -267,9 +294,9 @@ class ProcessLane(Lane):
         self._process.close()  # its sentinel's descriptor too
         self._process = self._conn = None
 
-    def _new_stream(self, sample_rate: int, two_pass: bool | None) -> RemoteStream:
+    def _new_stream(self, sample_rate: int, options: SessionOptions) -> RemoteStream:
         rate = check_sample_rate(sample_rate)
-        return RemoteStream(next(self._ids), rate, two_pass, self.generation)
+        return RemoteStream(next(self._ids), rate, options, self.generation)
 
     def _forget(self, stream: RemoteStream) -> None:
         if stream.generation == self.generation:
@@ -291,9 +318,7 @@ class ProcessLane(Lane):
         if not current:
             return
         drops = [self._drops.popleft() for _ in range(len(self._drops))]
-        items = [
-            (s.stream.sid, s.stream.sample_rate, s.stream.two_pass, s.samples) for s in current
-        ]
+        items = [(s.stream.sid, s.stream.sample_rate, s.stream.options, s.samples) for s in current]
         for step, outcome in zip(current, self._call(("steps", (drops, items)))):
             deliver(step, outcome)
 
@@ -380,9 +405,9 @@ def _run_steps(
 
     for sid in drops:
         sessions.pop(sid, None)
-    for sid, rate, two_pass, _ in items:
-        if sid not in sessions:  # the rate and two_pass were checked on open
-            sessions[sid] = recognizer.stream(rate, two_pass)
+    for sid, rate, options, _ in items:
+        if sid not in sessions:  # the rate and options were checked on open
+            sessions[sid] = recognizer.stream(rate, options)
     streams = [sessions[sid] for sid, _, _, _ in items]
     outcomes = run_sessions(streams, [samples for _, _, _, samples in items], background)
     for (sid, _, _, _), stream in zip(items, streams):
@@ -403,8 +428,9 @@ def _load(
     lm_weight: float | None,
     ctc_weight: float | None = None,
 ) -> tuple[Any, Capabilities]:
-    """The recognizer and what its sessions may ask of it (asking loads the teacher of a
-    two-pass bundle here, off the event loop, rather than in the first session that wants it)."""
+    """The recognizer and what its sessions may ask of it (asking loads the teacher and
+    Whisper's decoder here, off the event loop, rather than in the first session that wants
+    them)."""
     import torch
 
     from asr import load_model
@@ -412,7 +438,12 @@ def _load(
     torch.set_num_threads(threads)  # process-wide: the model thread is torch's only user here
     recognizer = load_model(path)
     recognizer.set_search(beam, lm_weight, None, ctc_weight)
-    problem = recognizer.two_pass_problem()
-    if recognizer.config.decode.two_pass and problem is not None:
-        raise ValueError(f"the bundle asks for two-pass finals, but {problem}")
-    return recognizer, Capabilities(recognizer.config.decode.two_pass, problem)
+    decode = recognizer.config.decode
+    problems = recognizer.option_problems()
+    if decode.two_pass and "two_pass" in problems:
+        raise ValueError(f"the bundle asks for two-pass finals, but {problems['two_pass']}")
+    if decode.streaming_decoder == "whisper" and "streaming_decoder" in problems:
+        raise ValueError(
+            f"the bundle asks for Whisper's streaming decoder, but {problems['streaming_decoder']}"
+        )
+    return recognizer, Capabilities(decode.two_pass, decode.streaming_decoder, problems)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from asr.config import SessionOptions, StreamingDecoder
 from asr.events import Event
 
 MIN_SAMPLE_RATE = 8000
@@ -118,9 +119,18 @@ class Start(_Message):
     type: Literal["start"] = "start"
     sample_rate: int = Field(ge=MIN_SAMPLE_RATE, le=MAX_SAMPLE_RATE)
     encoding: Encoding = "pcm_s16le"
-    # finals recomputed by the full-attention encoder over each segment; None: the model's
-    # default. A model that cannot serve true refuses the session (unsupported_option).
+    # What this session chooses over the model's defaults (None: the model's), each refused
+    # with unsupported_option by a model that cannot serve it. two_pass: finals recomputed by
+    # the full-attention encoder and Whisper's decoder over each segment. streaming_decoder:
+    # what writes partials and one-pass finals, "lstm" (the model's own decoder, fastest) or
+    # "whisper" (Whisper's decoder under the learnt monotonic policy: cased, punctuated and
+    # better read, its tokens later)
     two_pass: bool | None = None
+    streaming_decoder: StreamingDecoder | None = None
+
+    @property
+    def options(self) -> SessionOptions:
+        return SessionOptions(self.two_pass, self.streaming_decoder)
 
 
 class Stop(_Message):

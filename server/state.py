@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from server.lanes import Lane, ProcessLane, make_lanes
+from server.lanes import Capabilities, Lane, ProcessLane, make_lanes
 from server.metrics import Metrics
 from server.protocol import ErrorCode, ProtocolError
 from server.settings import Settings
@@ -75,10 +75,22 @@ class ServerState:
     def two_pass(self) -> dict[str, bool] | None:
         """What /readyz says of two-pass finals: whether a session may ask for them and what
         one that does not ask gets (None while no model process is live)."""
-        live = [lane.capabilities for lane in self.lanes if lane.live]
-        if not live:
+        can = self._capabilities()
+        return None if can is None else {"available": can.two_pass, "default": can.two_pass_default}
+
+    @property
+    def streaming_decoder(self) -> dict[str, Any] | None:
+        """What /readyz says of the streaming decoders: those a session may ask for and what
+        one that does not ask gets (None while no model process is live)."""
+        can = self._capabilities()
+        if can is None:
             return None
-        return {"available": live[0].two_pass, "default": live[0].two_pass_default}
+        return {"available": can.streaming_decoders, "default": can.streaming_decoder_default}
+
+    def _capabilities(self) -> Capabilities | None:
+        """What the live lanes' model offers (they all serve one model), None if none is live."""
+        live = [lane.capabilities for lane in self.lanes if lane.live]
+        return live[0] if live else None
 
     def least_busy(self) -> Lane:
         """The lane for a new session or upload: the live one with the fewest open sessions

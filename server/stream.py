@@ -150,11 +150,11 @@ class StreamSession:
         if not isinstance(message, Start):
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, "the first message must be start")
         lane = self.state.least_busy()
-        if message.two_pass and not lane.capabilities.two_pass:
-            problem = lane.capabilities.two_pass_problem
-            raise ProtocolError(ErrorCode.UNSUPPORTED_OPTION, f"two_pass: {problem}")
+        refusal = lane.capabilities.refusal(message.options)
+        if refusal is not None:
+            raise ProtocolError(ErrorCode.UNSUPPORTED_OPTION, refusal)
         try:
-            self.stream = lane.open(message.sample_rate, message.two_pass)
+            self.stream = lane.open(message.sample_rate, message.options)
         except ValueError as err:
             raise ProtocolError(ErrorCode.UNSUPPORTED_SAMPLE_RATE, str(err)) from None
         self.lane, self.lane_died = lane, lane.died

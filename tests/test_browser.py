@@ -27,6 +27,7 @@ import soundfile
 from websockets.asyncio.client import connect
 
 from asr.audio import resample
+from asr.config import SessionOptions
 from asr.formats import plain_text, srt
 from server.live import LiveServer
 from server.settings import Settings
@@ -42,27 +43,38 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
 
 
 class Recording:
-    """Keeps a copy of the audio each stream of an in-process lane receives."""
+    """Keeps a copy of the audio each stream of an in-process lane receives (with its frames
+    and with its stop)."""
 
     def __init__(self, lane) -> None:
         self.lane = lane
-        self.streams: list[tuple[int, list[np.ndarray]]] = []
+        # per stream: its sample rate, the options it was opened with, the audio it got
+        self.streams: list[tuple[int, SessionOptions | None, list[np.ndarray]]] = []
         self._received: dict[int, list[np.ndarray]] = {}
-        open_stream, accept = lane.open, lane.worker.accept
+        open_stream, accept, finish = lane.open, lane.worker.accept, lane.worker.finish
 
-        def recorded_open(sample_rate: int, two_pass: bool | None = None):
-            stream = open_stream(sample_rate, two_pass)
-            self.streams.append((sample_rate, self._received.setdefault(id(stream), [])))
+        def recorded_open(sample_rate: int, options: SessionOptions | None = None):
+            stream = open_stream(sample_rate, options)
+            received = self._received.setdefault(id(stream), [])
+            self.streams.append((sample_rate, options, received))
             return stream
 
         async def recorded_accept(stream, samples: np.ndarray):
             self._received[id(stream)].append(np.array(samples, dtype=np.float32))
             return await accept(stream, samples)
 
-        lane.open, lane.worker.accept = recorded_open, recorded_accept
+        async def recorded_finish(stream, samples: np.ndarray | None = None):
+            if samples is not None:  # the audio that came with stop
+                self._received[id(stream)].append(np.array(samples, dtype=np.float32))
+            return await finish(stream, samples)
 
-    def segments(self, samples: np.ndarray, sample_rate: int, two_pass: bool = False) -> list:
-        return self.lane.recognizer.transcribe_segments(samples, sample_rate, two_pass=two_pass)
+        lane.open, lane.worker.accept = recorded_open, recorded_accept
+        lane.worker.finish = recorded_finish
+
+    def segments(
+        self, samples: np.ndarray, sample_rate: int, options: SessionOptions | None = None
+    ) -> list:
+        return self.lane.recognizer.transcribe_segments(samples, sample_rate, options=options)
 
 
 class DevTools:
@@ -253,15 +265,14 @@ def aligned_snr(received: np.ndarray, reference: np.ndarray) -> tuple[float, int
     return float(snr), len(energies)
 
 
-def check_received(
-    server: LiveServer, audio: np.ndarray, page_text: str, two_pass: bool = False
-) -> list:
-    """The page's transcript is the server's transcript of the audio it got, and that audio
+def check_received(server: LiveServer, audio: np.ndarray, page_text: str) -> list:
+    """The page's transcript is the server's transcript of the audio it got (with the
+    options the page's session asked for), and that audio
     is the file, properly low-passed and resampled (aliasing of the 12 kHz tone would
     bring the SNR below 0 dB; a good capture path gives 40 to 75 dB). Returns the final
     segments of that transcript."""
     recognizer = server.recording
-    rate, chunks = recognizer.streams[-1]
+    rate, options, chunks = recognizer.streams[-1]
     received = np.concatenate(chunks)
     # compared at 16 kHz: below 8 kHz any two good resamplers agree up to a tiny delay
     snr, blocks = aligned_snr(resample(received, rate, 16000), resample(audio, RATE, 16000))
@@ -271,7 +282,7 @@ def check_received(
         "most of the file must have been captured"
     )
     assert snr > 30, f"received audio differs from the resampled file: SNR {snr:.1f} dB"
-    segments = recognizer.segments(received, rate, two_pass)
+    segments = recognizer.segments(received, rate, options)
     assert plain_text(segments), "the test model should say something"
     assert " ".join(page_text.split()) == plain_text(segments)
     return segments
@@ -339,11 +350,13 @@ def test_page_streams_microphone(server, audio, tmp_path, send):
     assert min(level for level, _ in levels) < peak_db - 10, levels
 
 
-@pytest.mark.parametrize("finals", ["one-pass", "two-pass"])
-def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_path, finals):
-    """Stream a picked file with the finals chosen on the page (the streaming pass's, or
-    Whisper's decoder's: cased and punctuated); then copy the transcript and download it as
-    text and SRT."""
+@pytest.mark.parametrize(
+    ("finals", "live"), [("one-pass", "lstm"), ("two-pass", "lstm"), ("one-pass", "whisper")]
+)
+def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_path, finals, live):
+    """Stream a picked file with the finals and the live text's decoder chosen on the page
+    (the streaming pass's, or Whisper's decoder's: cased and punctuated, as its finals or as
+    the streaming pass); then copy the transcript and download it as text and SRT."""
     wav = write_wav(tmp_path / "file.wav", audio, RATE)
     downloads = tmp_path / "downloads"
 
@@ -366,6 +379,9 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
             two_pass = "document.querySelector('#finals-mode option[value=two-pass]')"
             await tools.wait_for(f"!{two_pass}.disabled", 10)  # the bundle offers them
             await tools.eval(f"document.getElementById('finals-mode').value = '{finals}'")
+            whisper = "document.querySelector('#streaming-decoder option[value=whisper]')"
+            await tools.wait_for(f"!{whisper}.disabled", 10)  # the bundle offers it
+            await tools.eval(f"document.getElementById('streaming-decoder').value = '{live}'")
             await tools.call("DOM.getDocument")
             found = await tools.call(
                 "Runtime.evaluate", expression="document.getElementById('file')"
@@ -375,7 +391,8 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
             )
             await tools.click("#send-file")
             mode = "Whisper (two-pass)" if finals == "two-pass" else "streaming (one-pass)"
-            await tools.wait_for(f"{STATE}.endsWith('{mode} finals')", 30)
+            named = "Whisper" if live == "whisper" else "LSTM"
+            await tools.wait_for(f"{STATE}.endsWith('{mode} finals, {named} live text')", 30)
             await tools.wait_for(f"{STATE} === 'closed (1000)'", 60)
             shown = await tools.eval("document.getElementById('finals').textContent")
             await tools.click("#copy")
@@ -393,8 +410,8 @@ def test_page_streams_a_picked_file_and_gives_its_transcript(server, audio, tmp_
             return shown, copied, saved
 
     text, copied, saved = open_page(server, tmp_path, wav, drive)
-    segments = check_received(server, audio, text, finals == "two-pass")
-    if finals == "two-pass":  # Whisper's: a capital and an end mark
+    segments = check_received(server, audio, text)
+    if finals == "two-pass" or live == "whisper":  # Whisper's: a capital and an end mark
         assert text[0].isupper() and text.rstrip()[-1] in ".?!", text
     assert copied == plain_text(segments)
     assert saved["txt"] == plain_text(segments) + "\n"

@@ -242,10 +242,10 @@ def searched_states(recognizer: Recognizer, audio: np.ndarray, sizes: list[int])
     searched: list[torch.Tensor] = []
     decode = session._decode
 
-    def record(states: torch.Tensor | None) -> list:
+    def record(states: torch.Tensor | None, heard: np.ndarray) -> list:
         if states is not None:
             searched.append(states[0])
-        return decode(states)
+        return decode(states, heard)
 
     session._decode = record  # type: ignore[method-assign]
     start = 0

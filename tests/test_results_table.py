@@ -38,11 +38,13 @@ def test_a_key_metrics_json_lacks_leaves_its_row_out() -> None:
     metrics["load"] = None
     metrics["monotonic"]["eval"].pop("real")
     del metrics["whisper_finals"]  # every row of Whisper's finals goes with it
+    del metrics["whisper_streaming"]  # and every row of the streaming pass it spells
     lines = render(metrics).splitlines()
     assert not any("bench/load.py" in line or "--two-pass" in line for line in lines)
     assert not any("two-pass" in line or "Whisper" in line for line in lines[2:])
     assert sum(": streaming pass |" in line for line in lines) == 3  # the synthetic splits
-    assert len(lines) == len(render(METRICS).splitlines()) - 2 - len(results_table.FINALS_ROWS)
+    dropped = len(results_table.FINALS_ROWS) + len(results_table.SPELLED_ROWS)
+    assert len(lines) == len(render(METRICS).splitlines()) - 2 - dropped
 
 
 def test_check_reports_a_stale_table_and_a_run_without_it_rewrites_it(
@@ -114,3 +116,53 @@ def test_recording_some_rows_of_a_set_keeps_its_other_rows(tmp_path: Path) -> No
     assert finals_metrics.main([*args, "--real", str(tmp_path / "real.json")]) == 0
     after = json.loads((bundle / "metrics.json").read_text())["whisper_finals"]["eval"]["real"]
     assert after["wer"] == {"two-pass": two_pass}
+
+
+def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) -> None:
+    """finals_metrics --spelled-* records the streaming pass by Whisper's decoder from the
+    benchmarks' JSON (real_speech.py's one model, word_latency.py's :whisper row among
+    others, streaming.py's real-time factor): the README's rows and the card's section show
+    them, and recording one of them again keeps the others."""
+    from training.recipes import finals_metrics
+
+    bundle, readme = copied(tmp_path)
+    metrics = json.loads((bundle / "metrics.json").read_text())
+    metrics.pop("whisper_streaming", None)  # recorded afresh here
+    (bundle / "metrics.json").write_text(json.dumps(metrics))
+    args = ["--metrics", str(bundle / "metrics.json"), "--readme", str(readme)]
+
+    def wer(errors: int, words: int) -> dict:
+        return {"errors": errors, "reference_length": words, "rate": errors / words}
+
+    real = {"all": {"utterances": 66, "minutes": 6.7, "wer": {"models/default": wer(300, 600)}}}
+    splits = {
+        "test_seen_voices": {"utterances": 200, "minutes": 9.0, "wer": {"m": wer(20, 100)}},
+        "test_short": {"utterances": 200, "minutes": 4.2, "wer": {"m": wer(40, 100)}},
+    }
+    rows = [
+        {"model": "models/default:greedy", "latency_ms": {"median": 180.0, "p95": 340.0}},
+        {"model": "models/default:whisper", "latency_ms": {"median": 200.0, "p95": 1500.0}},
+    ]
+    files = {
+        "real.json": real,
+        "synthetic.json": splits,
+        "latency.json": {"models": rows},
+        "rtf.json": {"rtf": 0.25},
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    flags = ["--spelled-real", "--spelled-synthetic", "--spelled-word-latency", "--spelled-rtf"]
+    given = [x for flag, name in zip(flags, files) for x in (flag, str(tmp_path / name))]
+    assert finals_metrics.main([*args, *given]) == 0
+    text = readme.read_text()
+    assert "unseen voices / short utterances | 50.0% / 20.0% / - / 40.0% |" in text
+    assert "the streaming pass by Whisper's decoder | 200 / 1500 ms |" in text
+    assert "the streaming pass by Whisper's decoder | 0.250 |" in text
+    card = (bundle / "README.md").read_text()
+    assert "## The streaming pass by Whisper's decoder" in card and "| 66 | 50.00% |" in card
+    files["rtf.json"] = {"rtf": 0.5}
+    (tmp_path / "rtf.json").write_text(json.dumps(files["rtf.json"]))
+    assert finals_metrics.main([*args, "--spelled-rtf", str(tmp_path / "rtf.json")]) == 0
+    spelled = json.loads((bundle / "metrics.json").read_text())["whisper_streaming"]
+    assert spelled["rtf"] == 0.5 and spelled["eval"]["real"]["wer"] == wer(300, 600)
+    assert spelled["word_latency"]["model"] == "models/default:whisper"

@@ -27,6 +27,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from asr.config import SessionOptions
 from asr.formats import FORMATS, MEDIA_TYPES, render, transcript_record
 from server.client import Transcript, file_frames, stream
 from server.live import LiveServer
@@ -214,6 +215,10 @@ FAULTS = {
     "integer_two_pass": Fault([start(two_pass=1)], "invalid_message", 1007),
     "two_pass_without_teacher": Fault(
         [start(two_pass=True), s16le(AUDIO)], "unsupported_option", 1003
+    ),
+    "unknown_streaming_decoder": Fault([start(streaming_decoder="beam")], "invalid_message", 1007),
+    "whisper_streaming_without_whisper": Fault(
+        [start(streaming_decoder="whisper"), s16le(AUDIO)], "unsupported_option", 1003
     ),
     "odd_byte_count": Fault([start(), b"\x00\x00\x00"], "invalid_audio", 1007),
     "non_finite_f32": Fault([start(16000, "f32le"), NAN_F32], "invalid_audio", 1007),
@@ -871,9 +876,13 @@ def test_fbank_model_serves_two_pass_only_off(request, tiny_bundle, lanes):
     assert [m["type"] for m in messages] == ["error"] and close == 1003
     assert messages[0]["code"] == "unsupported_option"
     assert "full-attention Whisper encoder" in messages[0]["message"]
-    transcript = asyncio.run(stream_samples(live, AUDIO, 16000, two_pass=False))
+    transcript = asyncio.run(
+        stream_samples(live, AUDIO, 16000, options=SessionOptions(two_pass=False))
+    )
     assert transcript.text == offline_text(tiny_bundle, AUDIO, 16000)
     assert live.get_json("/readyz")[1]["two_pass"] == {"available": False, "default": False}
+    decoders = live.get_json("/readyz")[1]["streaming_decoder"]
+    assert decoders == {"available": ["lstm"], "default": "lstm"}
 
 
 # --- health, schemas, metrics -------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 
 from asr.audio import read_audio
 from asr.bundle import load_model
+from asr.config import SessionOptions
 from server.client import file_frames, stream
 from server.lanes import _load
 from server.live import LiveServer
@@ -57,7 +58,12 @@ def test_each_session_gets_the_finals_it_asks_for(
         choices = [True, False, None]  # None: the bundle's default, two-pass finals
         return await asyncio.gather(
             *(
-                stream(url, file_frames(samples, rate, paced=False), rate, two_pass=choice)
+                stream(
+                    url,
+                    file_frames(samples, rate, paced=False),
+                    rate,
+                    options=SessionOptions(two_pass=choice),
+                )
                 for choice in choices
             )
         )

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from asr.audio import read_audio
 from asr.bundle import load_model
+from asr.config import SessionOptions
 from asr.frontend import STATE_SECONDS
 from asr.recognizer import Recognizer
 from asr.scoring import score
@@ -476,7 +477,9 @@ def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
     expected = {
         two_pass: [
             Result.from_event(e)
-            for e in recognizer.transcribe_segments(samples, RATE, two_pass=two_pass)
+            for e in recognizer.transcribe_segments(
+                samples, RATE, options=SessionOptions(two_pass=two_pass)
+            )
         ]
         for two_pass in (True, False)
     }
@@ -487,7 +490,12 @@ def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
             url = live.url("/v1/stream", "ws")
             return await asyncio.gather(
                 *(
-                    stream_url(url, file_frames(samples, RATE, paced=False), RATE, two_pass=choice)
+                    stream_url(
+                        url,
+                        file_frames(samples, RATE, paced=False),
+                        RATE,
+                        options=SessionOptions(two_pass=choice),
+                    )
                     for choice in (True, False)
                 )
             )

@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from asr.bundle import load_model
+from asr.config import SessionOptions
 from asr.frontend import BUNDLE_ENCODER_FILE
 from asr.recognizer import Recognizer
 from asr.streaming import step_sessions
@@ -296,7 +297,7 @@ def test_two_pass_is_chosen_per_session(
     assert expected[True] != expected[False]
     recognizer.set_search(two_pass=True)
     choices = [True, False, None]  # None: the bundle's two-pass finals
-    sessions = [recognizer.stream(rate, two_pass) for two_pass in choices]
+    sessions = [recognizer.stream(rate, SessionOptions(two_pass=choice)) for choice in choices]
     assert recognizer.config.decode.two_pass is True
     events: list[list] = [[] for _ in sessions]
     for start in range(0, len(samples), 3200):

@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from asr.attention import soft_monotonic_alignment
 from asr.frontend import STATE_SECONDS
-from asr.speller import CHUNK_STATES, POLICY_FILE, PolicyEnergy, SpellerModel
+from asr.speller import CHUNK_STATES, POLICY_FILE, PolicyEnergy, SpellerModel, student_sha1
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
 
@@ -107,15 +107,6 @@ def run(args: argparse.Namespace) -> int:
     trainer.meta = {"student_sha1": student_sha1(args.model)}
     trainer.fit(args.epochs, resume=args.resume)
     return 0
-
-
-def student_sha1(bundle: Path) -> str:
-    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
-    digest = hashlib.sha1()
-    with open(bundle / "whisper_encoder.safetensors", "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # -- grids -------------------------------------------------------------------------------

@@ -72,18 +72,29 @@ function targetRate(deviceRate) {
 }
 
 function modeName() {
-  return $("finals-mode").value === "two-pass" ? "Whisper (two-pass)" : "streaming (one-pass)";
+  const finals = $("finals-mode").value === "two-pass" ? "Whisper (two-pass)" : "streaming (one-pass)";
+  const live = $("streaming-decoder").value === "whisper" ? "Whisper" : "LSTM";
+  return `${finals} finals, ${live} live text`;
 }
 
-// Which finals the served model offers (GET /readyz): two-pass is selectable where it is
-// available, and chosen at first where it is the model's default.
+// What the served model offers (GET /readyz): two-pass finals and Whisper's streaming
+// decoder are selectable where available, and chosen at first where they are its default.
 async function loadModes() {
   const response = await fetch(new URL("/readyz", location.href));
-  const twoPass = (await response.json()).two_pass;
-  if (!twoPass) return; // no model process is live yet: one-pass only
-  const option = $("finals-mode").querySelector('option[value="two-pass"]');
-  option.disabled = !twoPass.available;
-  if (twoPass.available && twoPass.default) $("finals-mode").value = "two-pass";
+  const ready = await response.json();
+  const twoPass = ready.two_pass;
+  if (twoPass) {
+    const option = $("finals-mode").querySelector('option[value="two-pass"]');
+    option.disabled = !twoPass.available;
+    if (twoPass.available && twoPass.default) $("finals-mode").value = "two-pass";
+  }
+  const decoders = ready.streaming_decoder;
+  if (decoders) {
+    for (const option of $("streaming-decoder").options) {
+      option.disabled = !decoders.available.includes(option.value);
+    }
+    $("streaming-decoder").value = decoders.default;
+  }
 }
 
 loadModes().catch(() => {}); // the page still streams one-pass without it
@@ -113,6 +124,7 @@ class Connection {
       ws.onopen = () => {
         const start = { type: "start", sample_rate: this.sampleRate, encoding: "pcm_s16le" };
         start.two_pass = $("finals-mode").value === "two-pass";
+        start.streaming_decoder = $("streaming-decoder").value;
         ws.send(JSON.stringify(start));
       };
       ws.onerror = () => showError("connection failed");
@@ -120,7 +132,7 @@ class Connection {
         const message = JSON.parse(event.data);
         switch (message.type) {
           case "ready":
-            setState(`streaming at ${this.sampleRate} Hz, ${modeName()} finals`);
+            setState(`streaming at ${this.sampleRate} Hz, ${modeName()}`);
             resolve();
             break;
           case "partial":

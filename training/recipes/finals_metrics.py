@@ -1,5 +1,6 @@
-"""Record the figures of two-pass finals written by Whisper's decoder in the bundled model's
-metrics.json, then render its card and the README's results table from it again.
+"""Record the figures of Whisper's decoder in the bundled model's metrics.json (two-pass
+finals, and the streaming pass it spells under the learnt policy), then render its card
+and the README's results table from it again.
 
 Each figure comes from a benchmark's --json output (run on this machine, one thread):
 
@@ -18,6 +19,20 @@ Each figure comes from a benchmark's --json output (run on this machine, one thr
     python -m training.recipes.finals_metrics --real real.json --synthetic synthetic.json \\
         --latency latency.json --capacity capacity_two_pass.json capacity_one_pass.json \\
         --word-latency word_latency.json
+
+and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "whisper"):
+
+    python bench/real_speech.py --no-whisper --no-two-pass --streaming-decoder whisper \\
+        --beam 1 --lm-weight 0 --json spelled_real.json
+    python bench/real_speech.py --no-whisper --no-two-pass --streaming-decoder whisper \\
+        --beam 1 --lm-weight 0 --json spelled_synthetic.json --manifest data/live/test_*.jsonl
+    python bench/word_latency.py --model models/default:greedy models/default:whisper \\
+        --manifest data/live/test_seen_voices.jsonl --json spelled_latency.json
+    python bench/streaming.py --streaming-decoder whisper --json spelled_rtf.json
+
+    python -m training.recipes.finals_metrics --spelled-real spelled_real.json \\
+        --spelled-synthetic spelled_synthetic.json --spelled-word-latency spelled_latency.json \\
+        --spelled-rtf spelled_rtf.json
 """
 
 from __future__ import annotations
@@ -82,6 +97,30 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
     return figures
 
 
+def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str, Any]:
+    """The streaming pass spelled by Whisper's decoder: its WER per set (bench/real_speech.py
+    run on the bundle alone, one-pass), its word latency (bench/word_latency.py's
+    ``PATH:whisper`` row) and one stream's real-time factor (bench/streaming.py), over
+    those recorded ``before``."""
+    read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
+    figures: dict[str, Any] = json.loads(json.dumps(before or {}))
+    sets = {}
+    if args.spelled_real:
+        sets[REAL] = read(args.spelled_real)["all"]
+    if args.spelled_synthetic:
+        synthetic = read(args.spelled_synthetic)
+        sets |= {split: synthetic[split] for split in SYNTHETIC if split in synthetic}
+    for name, row in sets.items():
+        (rate,) = row["wer"].values()  # the one model the run scored
+        figures.setdefault("eval", {})[name] = {"utterances": row["utterances"], "wer": rate}
+    if args.spelled_word_latency:
+        models = read(args.spelled_word_latency)["models"]
+        figures["word_latency"] = next(m for m in models if m["model"].endswith(":whisper"))
+    if args.spelled_rtf:
+        figures["rtf"] = read(args.spelled_rtf)["rtf"]
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metrics", type=Path, default=METRICS)
@@ -91,9 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=Path, help="bench/final_latency.py --json")
     parser.add_argument("--capacity", type=Path, nargs="+", help="bench/load.py --capacity --json")
     parser.add_argument("--word-latency", type=Path, help="bench/word_latency.py --json")
+    spelled = "(the streaming pass by Whisper's decoder)"
+    parser.add_argument("--spelled-real", type=Path, help=f"bench/real_speech.py --json {spelled}")
+    parser.add_argument("--spelled-synthetic", type=Path, help="the same over the synthetic splits")
+    parser.add_argument(
+        "--spelled-word-latency", type=Path, help=f"bench/word_latency.py --json {spelled}"
+    )
+    parser.add_argument("--spelled-rtf", type=Path, help=f"bench/streaming.py --json {spelled}")
     args = parser.parse_args(argv)
     metrics = json.loads(args.metrics.read_text())
     metrics["whisper_finals"] = gather(args, metrics.get("whisper_finals"))
+    if args.spelled_real or args.spelled_synthetic or args.spelled_word_latency or args.spelled_rtf:
+        metrics["whisper_streaming"] = gather_spelled(args, metrics.get("whisper_streaming"))
     bundle = args.metrics.parent
     if args.real or args.synthetic or args.latency or args.capacity:
         # the settings these figures were measured with: the bundle's, as the benchmarks ran it

@@ -113,8 +113,45 @@ FINALS_ROWS: tuple[Row, ...] = (
     ),
 )
 
+
+def spelled_side_by_side(sets: dict[str, Any]) -> str:
+    """WER of the streaming pass spelled by Whisper's decoder: real speech and each split."""
+    names = ("real", *SYNTHETIC)
+    return " / ".join(f"{100 * sets[n]['wer']['rate']:.1f}%" if n in sets else "-" for n in names)
+
+
+def spelled_word_latency(row: dict[str, Any]) -> str:
+    latency = row["latency_ms"]
+    return f"{latency['median']:.0f} / {latency['p95']:.0f} ms"
+
+
+SPELLED = "--no-whisper --no-two-pass --streaming-decoder whisper --beam 1 --lm-weight 0"
+SPELLED_ROWS: tuple[Row, ...] = (
+    Row(
+        "WER, the streaming pass by Whisper's decoder (one-pass): real speech / seen voices /"
+        " unseen voices / short utterances",
+        ("whisper_streaming", "eval"),
+        spelled_side_by_side,
+        f"python bench/real_speech.py {SPELLED} [--manifest data/live/test_*.jsonl]",
+    ),
+    Row(
+        "word latency p50 / p95, the streaming pass by Whisper's decoder",
+        ("whisper_streaming", "word_latency"),
+        spelled_word_latency,
+        "python bench/word_latency.py --model {out}:whisper"
+        " --manifest data/live/test_seen_voices.jsonl",
+    ),
+    Row(
+        "real-time factor, one stream on one thread, the streaming pass by Whisper's decoder",
+        ("whisper_streaming", "rtf"),
+        "{:.3f}".format,
+        "python bench/streaming.py --model {out} --streaming-decoder whisper",
+    ),
+)
+
 ROWS: tuple[Row, ...] = (
     *FINALS_ROWS,
+    *SPELLED_ROWS,
     *(
         row
         for split, what in SYNTHETIC.items()

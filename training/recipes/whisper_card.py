@@ -437,6 +437,45 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
+    """The section on the streaming pass by Whisper's decoder (issue #40), or nothing where
+    metrics.json has none of its figures (``training.recipes.finals_metrics`` records them)."""
+    if not spelled:
+        return ""
+    lines = [
+        "",
+        "## The streaming pass by Whisper's decoder",
+        "",
+        'With `decode.streaming_decoder` "whisper" (`--streaming-decoder whisper`,',
+        "`streaming_decoder` in a stream's `start`, the page's \"Live text\" choice), partials",
+        "and one-pass finals are Whisper-base's decoder reading the student's states as they",
+        "arrive, each token let out where the learnt monotonic policy",
+        "(`speller_policy.safetensors`) says its audio is in. WER on normalised text, one-pass",
+        "(`python bench/real_speech.py --no-whisper --no-two-pass --streaming-decoder whisper",
+        "--beam 1 --lm-weight 0`, with `--manifest data/live/SPLIT.jsonl` for the splits):",
+        "",
+        "| set | utterances | WER |",
+        "|---|---|---|",
+    ]
+    for name, row in spelled.get("eval", {}).items():
+        lines.append(f"| {TITLES[name]} | {row['utterances']} | {100 * row['wer']['rate']:.2f}% |")
+    latency = (spelled.get("word_latency") or {}).get("latency_ms")
+    if latency:
+        lines += [
+            "",
+            f"Word latency, from a word's end to its display: {latency['median']:.0f} ms (median),",
+            f"{latency['p95']:.0f} ms (p95) (`python bench/word_latency.py --model",
+            "models/default:whisper --manifest data/live/test_seen_voices.jsonl`).",
+        ]
+    if spelled.get("rtf") is not None:
+        lines += [
+            "",
+            f"One stream's real-time factor on one thread: {spelled['rtf']:.3f} (`python",
+            "bench/streaming.py --streaming-decoder whisper`).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def write_card(out: Path, metrics: dict[str, Any]) -> None:
     model, corpus, commands = metrics["model"], metrics["corpus"], metrics["commands"]
     counts = model["parameters"]
@@ -502,6 +541,7 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         joint=joint_text(metrics),
         baseline=baseline_text(metrics),
         whisper_finals=whisper_finals_text(metrics.get("whisper_finals")),
+        whisper_streaming=whisper_streaming_text(metrics.get("whisper_streaming")),
     )
     (out / "README.md").write_text(text)
 
@@ -520,7 +560,7 @@ Parameters: Whisper student {whisper_m:.1f}M, LAS encoder {las_m:.2f}M, decoder
 {decoder_m:.2f}M, CTC head {ctc_m:.3f}M{teacher}. Size: {megabytes:.1f} MB on disk.
 Finals by default: {finals} (`--two-pass` / `--no-two-pass` choose per command or session).
 `asr transcribe`, `asr serve` and the browser page use it by default.
-{whisper_finals}
+{whisper_finals}{whisper_streaming}
 ## Goals (issue #17)
 
 {status}
