@@ -111,7 +111,9 @@ class WhisperFinals:
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
         self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
-        self._silence = silent_memory(self.encoder, self.decoder)  # at load, not at a first final
+        # the encoded silence of Whisper's window, as it reads past a segment (the streaming
+        # speller reads it too): at load, not at a first final
+        self.silence = silent_memory(self.encoder, self.decoder)
 
     @torch.inference_mode()
     def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
@@ -174,7 +176,7 @@ class WhisperFinals:
         if not silence_after:
             width = states.shape[1]
             return memory, torch.arange(width) < lengths.unsqueeze(1)
-        return WhisperTextDecoder.cut(memory, self._silence, lengths), None
+        return WhisperTextDecoder.cut(memory, self.silence, lengths), None
 
     # -- search ---------------------------------------------------------------------
     def _search(
@@ -282,7 +284,7 @@ class WhisperFinals:
         """The average log-probability of ``tokens`` and the end reading encoded silence:
         near that of the segment, the text is what Whisper says of no speech at all."""
         sequence = torch.tensor([[*self.vocabulary.prompt, *tokens, self.vocabulary.end]])
-        logprobs, _, _ = self.decoder.step(sequence[:, :-1], DecoderCache([], self._silence))
+        logprobs, _, _ = self.decoder.step(sequence[:, :-1], DecoderCache([], self.silence))
         count = len(tokens) + 1
         picked = logprobs[0, -count:].gather(-1, sequence[0, -count:, None])
         return float(picked.sum()) / count
