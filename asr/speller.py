@@ -384,12 +384,19 @@ class Learnt:
         return e > math.log(self.threshold / (1 - self.threshold))
 
     @classmethod
-    def load(cls, path: Path, threshold: float | None = None) -> Learnt:
-        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None)."""
+    def load(cls, path: Path, threshold: float | None = None, student: str | None = None) -> Learnt:
+        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None);
+        with ``student`` (a :func:`student_sha1`), a ValueError unless it was learnt on that
+        student's states (a file that names none is taken as it is)."""
         from safetensors import safe_open
 
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
+        if student is not None and meta.get("student_sha1", student) != student:
+            raise ValueError(
+                f"{path} was learnt on another streaming student than the bundle's "
+                f"{BUNDLE_ENCODER_FILE}: train it again with `asr train-speller`"
+            )
         energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
         energy.load_state_dict(load_file(str(path)))
         energy.eval()
@@ -417,16 +424,7 @@ def bundle_policy(bundle: Path) -> Learnt:
         raise FileNotFoundError(
             f"model bundle {bundle} has no {POLICY_FILE} (train one with `asr train-speller`)"
         )
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        learnt_on = (f.metadata() or {}).get("student_sha1")
-    if learnt_on is not None and learnt_on != student_sha1(bundle):
-        raise ValueError(
-            f"{path} was learnt on another streaming student than the bundle's "
-            f"{BUNDLE_ENCODER_FILE}: train it again with `asr train-speller`"
-        )
-    return Learnt.load(path)
+    return Learnt.load(path, student=student_sha1(bundle))
 
 
 class Speller:

@@ -556,7 +556,6 @@ class StreamingSession:
         start: int,
         end: int,
         positions: list[int],
-        number: int | None = None,
     ) -> Event:
         """An event over encoder states [start, end); ``positions``: the state that selected
         each token. A final ends at its last token's state; a partial at the audio heard."""
@@ -567,7 +566,7 @@ class StreamingSession:
         emitted = [min(p + 1, end) if p >= 0 else end for p in positions]
         return Event(
             kind=kind,  # type: ignore[arg-type]
-            segment=self._segment if number is None else number,
+            segment=self._segment,
             text=self.tokenizer.decode(tokens),
             tokens=self.tokenizer.pieces(tokens),
             start=self._seconds(start),
