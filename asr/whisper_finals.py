@@ -294,11 +294,9 @@ class WhisperFinals:
 def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memory:
     """What ``decoder`` reads of a silent 30 s window as ``teacher`` encodes it: Whisper
     learnt to read its window's padding after the speech as that, so a memory that stops
-    early (a segment, a boundary) is followed by it. Contiguous, unlike a memory fresh from
-    the decoder: :meth:`WhisperTextDecoder.cut` gives its layout to the memories it joins."""
+    early (a segment, a boundary) is followed by it."""
     mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-    memory = decoder.memory(teacher(mel[None])[0])
-    return [(k.contiguous(), v.contiguous()) for k, v in memory]
+    return decoder.memory(teacher(mel[None])[0])
 
 
 def reduced_teacher(teacher: WhisperEncoder) -> WhisperEncoder:

@@ -11,7 +11,7 @@ import torch
 
 from asr.audio import read_audio
 from asr.scoring import score
-from asr.whisper_decoder import TokenRules, WhisperTextDecoder, loop_start
+from asr.whisper_decoder import TokenRules, WhisperTextDecoder, attention, loop_start
 from asr.whisper_encoder import WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.ctranslate2_file import read_ct2_model
@@ -115,3 +115,24 @@ def test_token_rules_as_masks() -> None:
     suppress, suppress_begin = rules.masks(size=9, text_tokens=5)
     assert suppress.tolist() == [False, True, False, True, False, False, True, True, True]
     assert suppress_begin.tolist() == [True, True, False, True, False, True, True, True, True]
+
+
+@pytest.mark.parametrize("queries", [1, 5])
+def test_bfloat16_attention_matches_float32_with_and_without_a_mask(queries: int) -> None:
+    """The two products that replace torch's fused kernel in bfloat16 attend as float32's
+    fused kernel does: over every key, and with keys hidden by a mask (a cut memory's,
+    or the causal one of several new tokens)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 8, n, 64, generator=gen) for n in (queries, 300, 300))
+    mask = torch.rand(2, 1, queries, 300, generator=gen) > 0.3
+    for m in (None, mask):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        got = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), m)
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        torch.testing.assert_close(got.float(), want, atol=0.02, rtol=0.02)
+        assert not torch.allclose(got.float(), want, atol=1e-6)  # it ran in bfloat16
+    hidden = torch.zeros_like(mask)
+    hidden[..., :10] = True  # only the first ten keys
+    got = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), hidden)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :10], v[:, :, :10])
+    torch.testing.assert_close(got.float(), want, atol=0.02, rtol=0.02)
