@@ -10,12 +10,17 @@ reports the aggregate real-time factor (wall time / audio seconds).
     python bench/load.py --url ws://host:8000/v1/stream --clients 20 --audio speech.wav
     python bench/load.py --clients 50 --json load.json   # the printed figures as JSON too
     python bench/load.py --capacity --two-pass            # streams carried, two-pass finals
+    python bench/load.py --capacity --two-pass --steady   # the same, users talking on
 
 ``--two-pass``: every client asks for two-pass finals (``two_pass`` in ``start``), which
 Whisper's decoder writes where the bundle carries it. ``--capacity``: paced phases of more and
 more clients (``--steps``), up to the first that has an error or a p95 final latency above
 ``--max-final-latency``; the last that passed is the number of real-time streams this
-machine carries.
+machine carries. Paced clients start within one second of each other, so their stops (and
+their finals) come within a second too: a burst. ``--steady``: each client talks on, streaming
+the audio three times (``--rounds``), a session after another, and their starts are spread
+over one utterance, so that their stops are too: N users talking all the time, the load a
+server carries for hours, rather than N users all stopping in the same second.
 
 Without --url the server is started as a subprocess (`asr serve`) on a free
 port. Without --audio one sentence is spoken by espeak-ng.
@@ -48,7 +53,7 @@ from server.client import Transcript, file_frames, load_file, stream  # noqa: E4
 SENTENCE = "the quick brown fox jumps over the lazy dog while the band plays on"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=Path("models/default"))
     parser.add_argument("--url", help="an already running server's /v1/stream URL")
@@ -67,7 +72,17 @@ def main() -> int:
     )
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 15, 20, 25, 30, 40, 50])
     parser.add_argument("--max-final-latency", type=float, default=1.0, help="seconds (--capacity)")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help="paced clients talk on: each streams the audio --rounds times, one session after "
+        "another, their starts (and so their stops) spread over one utterance",
+    )
+    parser.add_argument(
+        "--rounds", type=int, help="sessions per client (default: 3 with --steady, else 1)"
+    )
+    args = parser.parse_args(argv)
+    args.rounds = args.rounds or (3 if args.steady else 1)
     if args.capacity:
         args.clients = max(args.steps)
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,11 +124,12 @@ def capacity(
         if figures["errors"] or p95 > 1000 * args.max_final_latency:
             break
         carried = clients
+    load = "steady" if args.steady else "burst"
     print(
-        f"capacity ({mode} finals): {carried} real-time streams with p95 final latency <= "
-        f"{1000 * args.max_final_latency:.0f} ms and no errors"
+        f"capacity ({mode} finals, {load}): {carried} real-time streams with p95 final "
+        f"latency <= {1000 * args.max_final_latency:.0f} ms and no errors"
     )
-    return {"finals": mode, "capacity": carried, "phases": phases}
+    return {"finals": mode, "load": load, "capacity": carried, "phases": phases}
 
 
 def spoken(path: Path) -> Path:
@@ -158,14 +174,25 @@ def server(args: argparse.Namespace) -> Iterator[str]:
 async def run_clients(
     url: str, args: argparse.Namespace, samples: np.ndarray, rate: int, paced: bool
 ) -> list[Transcript | BaseException]:
-    async def client(i: int) -> Transcript:
-        if paced:  # spread the starts over one second, as independent users would
-            await asyncio.sleep(i / args.clients)
-        frames = file_frames(samples, rate, args.frame_ms, paced=paced)
-        options = SessionOptions(two_pass=True if args.two_pass else None)
-        return await stream(url, frames, rate, token=args.token, options=options)
+    """Each client's sessions (``args.rounds`` of them, one after another); a client whose
+    session fails stops there, with the error as its result."""
+    options = SessionOptions(two_pass=True if args.two_pass else None)
+    # the paced starts are spread over one second, or with --steady over one utterance
+    spread = len(samples) / rate if args.steady else 1.0
 
-    return await asyncio.gather(*(client(i) for i in range(args.clients)), return_exceptions=True)
+    async def client(i: int) -> list[Transcript]:
+        if paced:
+            await asyncio.sleep(i * spread / args.clients)
+        done = []
+        for _ in range(args.rounds):
+            frames = file_frames(samples, rate, args.frame_ms, paced=paced)
+            done.append(await stream(url, frames, rate, token=args.token, options=options))
+        return done
+
+    clients = await asyncio.gather(
+        *(client(i) for i in range(args.clients)), return_exceptions=True
+    )
+    return [r for c in clients for r in ([c] if isinstance(c, BaseException) else c)]
 
 
 def split(results: list[Transcript | BaseException]) -> tuple[list[Transcript], list[str]]:

@@ -11,13 +11,15 @@ Each figure comes from a benchmark's --json output (run on this machine, one thr
         --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl \\
         data/live/test_short.jsonl
     python bench/final_latency.py --json latency.json
+    python bench/load.py --capacity --two-pass --steady --json capacity_two_pass_steady.json
+    python bench/load.py --capacity --steady --json capacity_one_pass_steady.json
     python bench/load.py --capacity --two-pass --json capacity_two_pass.json
     python bench/load.py --capacity --json capacity_one_pass.json
     python bench/word_latency.py --model models/default:two-pass models/default:greedy \\
         --manifest data/live/test_seen_voices.jsonl --json word_latency.json
 
     python -m training.recipes.finals_metrics --real real.json --synthetic synthetic.json \\
-        --latency latency.json --capacity capacity_two_pass.json capacity_one_pass.json \\
+        --latency latency.json --capacity capacity_*.json \\
         --word-latency word_latency.json
 
 and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "whisper"):
@@ -88,9 +90,10 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
         figures["eval"][split] = new
     if args.latency:
         figures["final_latency"] = read(args.latency)
-    for path in args.capacity or []:
+    for path in args.capacity or []:  # per finals mode, per load (steady, burst)
         result = read(path)
-        figures.setdefault("capacity", {})[result["finals"]] = result["capacity"]
+        modes = figures.setdefault("capacity", {})
+        modes.setdefault(result["finals"], {})[result["load"]] = result["capacity"]
     if args.word_latency:
         models = read(args.word_latency)["models"]
         figures["word_times"] = next(m for m in models if m["two_pass"])

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from training.recipes.gather import REAL, SYNTHETIC, TITLES
+from training.recipes.results_table import streams_carried
 from training.recipes.whisper_goals import (
     LATENCY_UTTERANCES,
     LOAD_CLIENTS,
@@ -418,11 +419,14 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
             lines.append(f"| {length} | {' | '.join(cells)} |")
     capacity = finals.get("capacity")
     if capacity:
-        carried = "; ".join(f"{mode} finals: {n}" for mode, n in capacity.items())
+        carried = "; ".join(
+            f"{mode} finals: {streams_carried(loads)}" for mode, loads in capacity.items()
+        )
         lines += [
             "",
             "Real-time streams this machine carries with p95 final latency at most 1 s and no",
-            f"errors (`python bench/load.py --capacity [--two-pass]`): {carried}.",
+            "errors, with users talking on (their stops spread over time) / all stopping in the",
+            f"same second (`python bench/load.py --capacity [--two-pass] [--steady]`): {carried}.",
         ]
     times = finals.get("word_times")
     if times and times.get("final_time_error_ms"):
