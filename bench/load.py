@@ -11,9 +11,11 @@ reports the aggregate real-time factor (wall time / audio seconds).
     python bench/load.py --clients 50 --json load.json   # the printed figures as JSON too
     python bench/load.py --capacity --two-pass            # streams carried, two-pass finals
     python bench/load.py --capacity --two-pass --steady   # the same, users talking on
+    python bench/load.py --capacity --steady --streaming-decoder whisper   # Whisper's live text
 
 ``--two-pass``: every client asks for two-pass finals (``two_pass`` in ``start``), which
-Whisper's decoder writes where the bundle carries it. ``--capacity``: paced phases of more and
+Whisper's decoder writes where the bundle carries it; ``--streaming-decoder``: for that
+decoder's streaming pass (``streaming_decoder`` in ``start``). ``--capacity``: paced phases of more and
 more clients (``--steps``), up to the first that has an error or a p95 final latency above
 ``--max-final-latency``; the last that passed is the number of real-time streams this
 machine carries. Paced clients start within one second of each other, so their stops (and
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from asr.config import SessionOptions  # noqa: E402
+from asr.config import SessionOptions, StreamingDecoder  # noqa: E402
 from server.client import Transcript, file_frames, load_file, stream  # noqa: E402
 
 SENTENCE = "the quick brown fox jumps over the lazy dog while the band plays on"
@@ -65,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-arg", action="append", default=[], help="extra `asr serve` args")
     parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
     parser.add_argument("--two-pass", action="store_true", help="clients ask for two-pass finals")
+    parser.add_argument(
+        "--streaming-decoder",
+        choices=typing.get_args(StreamingDecoder),
+        help="clients ask for this decoder's streaming pass (default: the model's)",
+    )
     parser.add_argument(
         "--capacity",
         action="store_true",
@@ -114,9 +122,12 @@ def capacity(
     of each, and the most clients that passed."""
     carried, phases = 0, {}
     mode = "two-pass" if args.two_pass else "one-pass"
+    what = f"{mode} finals"
+    if args.streaming_decoder:
+        what += f", the {args.streaming_decoder} decoder's streaming pass"
     for clients in sorted(args.steps):
         args.clients = clients
-        print(f"{clients} clients ({mode} finals), {len(samples) / rate:.2f} s of audio each")
+        print(f"{clients} clients ({what}), {len(samples) / rate:.2f} s of audio each")
         figures = report_paced(asyncio.run(run_clients(url, args, samples, rate, paced=True)))
         phases[clients] = figures
         final = figures["final_latency"]
@@ -126,10 +137,16 @@ def capacity(
         carried = clients
     load = "steady" if args.steady else "burst"
     print(
-        f"capacity ({mode} finals, {load}): {carried} real-time streams with p95 final "
+        f"capacity ({what}, {load}): {carried} real-time streams with p95 final "
         f"latency <= {1000 * args.max_final_latency:.0f} ms and no errors"
     )
-    return {"finals": mode, "load": load, "capacity": carried, "phases": phases}
+    return {
+        "finals": mode,
+        "streaming_decoder": args.streaming_decoder,
+        "load": load,
+        "capacity": carried,
+        "phases": phases,
+    }
 
 
 def spoken(path: Path) -> Path:
@@ -176,7 +193,7 @@ async def run_clients(
 ) -> list[Transcript | BaseException]:
     """Each client's sessions (``args.rounds`` of them, one after another); a client whose
     session fails stops there, with the error as its result."""
-    options = SessionOptions(two_pass=True if args.two_pass else None)
+    options = SessionOptions(True if args.two_pass else None, args.streaming_decoder)
     # the paced starts are spread over one second, or with --steady over one utterance
     spread = len(samples) / rate if args.steady else 1.0
 

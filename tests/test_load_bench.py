@@ -30,3 +30,17 @@ def test_steady_clients_talk_on_and_capacity_says_which_load(
     figures = json.loads(out.read_text())
     assert (figures["finals"], figures["load"], figures["capacity"]) == ("one-pass", "burst", 2)
     assert [phase["final_latency"]["n"] for phase in figures["phases"].values()] == [2, 4]
+
+
+def test_clients_ask_for_the_streaming_decoder(
+    tiny_bundle: Path, speech_dir: Path, tmp_path: Path
+) -> None:
+    """--streaming-decoder goes into each client's start: a fbank bundle has no Whisper
+    decoder, so the server refuses every session with unsupported_option, counted as errors."""
+    audio = str(speech_files(speech_dir)[0][0])
+    out = tmp_path / "whisper.json"
+    argv = ["--model", str(tiny_bundle), "--audio", audio, "--skip-unpaced", "--clients", "2"]
+    assert load.main([*argv, "--streaming-decoder", "whisper", "--json", str(out)]) == 0
+    paced = json.loads(out.read_text())["paced"]
+    assert paced["errors"] == 2
+    assert "unsupported_option" in " ".join(paced["error_kinds"])
