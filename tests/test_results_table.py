@@ -168,3 +168,19 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
     spelled = json.loads((bundle / "metrics.json").read_text())["whisper_streaming"]
     assert spelled["rtf"] == 0.5 and spelled["eval"]["real"]["wer"] == wer(300, 600)
     assert spelled["word_latency"]["model"] == "models/default:whisper"
+
+
+def test_capacity_of_another_streaming_pass_is_refused(tmp_path: Path) -> None:
+    """The capacity rows are the default streaming pass's: bench/load.py's figures for
+    --streaming-decoder whisper would overwrite them, so finals_metrics refuses them and
+    keeps the recorded ones."""
+    from training.recipes import finals_metrics
+
+    bundle, readme = copied(tmp_path)
+    before = (bundle / "metrics.json").read_text()
+    figures = {"finals": "one-pass", "streaming_decoder": "whisper", "load": "steady"}
+    (tmp_path / "spelled.json").write_text(json.dumps(figures | {"capacity": 1, "phases": {}}))
+    args = ["--metrics", str(bundle / "metrics.json"), "--readme", str(readme)]
+    with pytest.raises(SystemExit, match="spelled.json: measured with --streaming-decoder"):
+        finals_metrics.main([*args, "--capacity", str(tmp_path / "spelled.json")])
+    assert (bundle / "metrics.json").read_text() == before

@@ -19,7 +19,8 @@ Each figure comes from a benchmark's --json output (run on this machine, one thr
         --manifest data/live/test_seen_voices.jsonl --json word_latency.json
 
     python -m training.recipes.finals_metrics --real real.json --synthetic synthetic.json \\
-        --latency latency.json --capacity capacity_*.json \\
+        --latency latency.json --capacity capacity_two_pass_steady.json \\
+        capacity_one_pass_steady.json capacity_two_pass.json capacity_one_pass.json \\
         --word-latency word_latency.json
 
 and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "whisper"):
@@ -92,6 +93,8 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
         figures["final_latency"] = read(args.latency)
     for path in args.capacity or []:  # per finals mode, per load (steady, burst)
         result = read(path)
+        if result["streaming_decoder"] is not None:  # the rows are the default streaming pass's
+            raise SystemExit(f"{path}: measured with --streaming-decoder, not the rows' pass")
         modes = figures.setdefault("capacity", {})
         modes.setdefault(result["finals"], {})[result["load"]] = result["capacity"]
     if args.word_latency:
