@@ -6,15 +6,17 @@ first partial or final received), p50/p95 final latency (stop sent -> end
 received) and errors. Phase 2 (unpaced): every client sends as fast as it can;
 reports the aggregate real-time factor (wall time / audio seconds).
 
-    python bench/load.py --model models/default --clients 50
+    python bench/load.py --model models/default --clients 20 --steady
     python bench/load.py --url ws://host:8000/v1/stream --clients 20 --audio speech.wav
-    python bench/load.py --clients 50 --json load.json   # the printed figures as JSON too
+    python bench/load.py --no-two-pass --clients 50 --json load.json   # figures as JSON too
     python bench/load.py --capacity --two-pass            # streams carried, two-pass finals
     python bench/load.py --capacity --two-pass --steady   # the same, users talking on
     python bench/load.py --capacity --steady --streaming-decoder whisper   # Whisper's live text
 
 ``--two-pass``: every client asks for two-pass finals (``two_pass`` in ``start``), which
-Whisper's decoder writes where the bundle carries it; ``--streaming-decoder``: for that
+Whisper's decoder writes where the bundle carries it, ``--no-two-pass`` for one-pass finals;
+without either, the server's model decides (its ``/readyz`` says which, and the figures name
+it); ``--streaming-decoder``: for that
 decoder's streaming pass (``streaming_decoder`` in ``start``). ``--capacity``: paced phases of more and
 more clients (``--steps``), up to the first that has an error or a p95 final latency above
 ``--max-final-latency``; the last that passed is the number of real-time streams this
@@ -67,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-unpaced", action="store_true")
     parser.add_argument("--server-arg", action="append", default=[], help="extra `asr serve` args")
     parser.add_argument("--json", type=Path, help="also write the printed figures here as JSON")
-    parser.add_argument("--two-pass", action="store_true", help="clients ask for two-pass finals")
+    parser.add_argument(
+        "--two-pass",
+        action=argparse.BooleanOptionalAction,
+        help="clients ask for two-pass finals (--no-two-pass: for one-pass finals; default: the "
+        "server's model decides)",
+    )
     parser.add_argument(
         "--streaming-decoder",
         choices=typing.get_args(StreamingDecoder),
@@ -98,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         samples, rate = load_file(audio)
         figures: dict[str, object] = {"clients": args.clients, "audio_seconds": len(samples) / rate}
         with server(args) as url:
+            if args.two_pass is None:
+                args.two_pass = served_two_pass(url, args.token)
+            figures["finals"] = "two-pass" if args.two_pass else "one-pass"
             if args.capacity:
                 figures = capacity(url, args, samples, rate)
                 args.skip_unpaced = True
@@ -156,6 +166,17 @@ def spoken(path: Path) -> Path:
     return path
 
 
+def served_two_pass(url: str, token: str | None) -> bool:
+    """Whether the server's model gives two-pass finals by default (its /readyz says)."""
+    http = url.replace("ws", "http", 1).rsplit("/v1/", 1)[0]
+    request = urllib.request.Request(f"{http}/readyz")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        ready = json.load(response)
+    return bool((ready.get("two_pass") or {}).get("default"))
+
+
 @contextlib.contextmanager
 def server(args: argparse.Namespace) -> Iterator[str]:
     """The URL to load: the given one, or a fresh `asr serve` subprocess."""
@@ -193,7 +214,7 @@ async def run_clients(
 ) -> list[Transcript | BaseException]:
     """Each client's sessions (``args.rounds`` of them, one after another); a client whose
     session fails stops there, with the error as its result."""
-    options = SessionOptions(True if args.two_pass else None, args.streaming_decoder)
+    options = SessionOptions(args.two_pass, args.streaming_decoder)
     # the paced starts are spread over one second, or with --steady over one utterance
     spread = len(samples) / rate if args.steady else 1.0
 

@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     audio = speech(args.seconds)
     if (args.model / "config.json").is_file():
         recognizer = load_model(args.model)
-        recognizer.set_search(streaming_decoder=args.streaming_decoder)
+        # the streaming pass alone: two-pass finals are bench/final_latency.py's
+        recognizer.set_search(two_pass=False, streaming_decoder=args.streaming_decoder)
         what = f"bundled model {args.model}, {recognizer.config.decode.streaming_decoder} decoder"
     else:
         recognizer = random_recognizer(default_config(), audio)

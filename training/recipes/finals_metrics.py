@@ -12,9 +12,9 @@ Each figure comes from a benchmark's --json output (run on this machine, one thr
         data/live/test_short.jsonl
     python bench/final_latency.py --json latency.json
     python bench/load.py --capacity --two-pass --steady --json capacity_two_pass_steady.json
-    python bench/load.py --capacity --steady --json capacity_one_pass_steady.json
+    python bench/load.py --capacity --no-two-pass --steady --json capacity_one_pass_steady.json
     python bench/load.py --capacity --two-pass --json capacity_two_pass.json
-    python bench/load.py --capacity --json capacity_one_pass.json
+    python bench/load.py --capacity --no-two-pass --json capacity_one_pass.json
     python bench/word_latency.py --model models/default:two-pass models/default:greedy \\
         --manifest data/live/test_seen_voices.jsonl --json word_latency.json
 
@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         finals = Config.load(bundle / "config.json").decode.whisper_finals
         metrics["whisper_finals"]["settings"] = dataclasses.asdict(finals)
     metrics["goals"] = evaluate_goals(goal_figures(metrics))  # two-pass: Whisper's finals
+    # which finals the bundle serves by default (its decode.two_pass, set once the goals held)
+    metrics["model"]["two_pass_default"] = Config.load(bundle / "config.json").decode.two_pass
     # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}

@@ -336,7 +336,7 @@ def run_benchmarks(
     if not args.no_rtf:
         found["rtf"] = bench("streaming", ["--model", out], args.run / "bench_rtf.json", inputs)
     if not args.no_load:
-        argv = ["--model", out, "--clients", str(LOAD_CLIENTS)]
+        argv = ["--model", out, "--no-two-pass", "--clients", str(LOAD_CLIENTS)]
         found["load"] = bench("load", argv, args.run / "bench_load.json", inputs)
     if not args.no_word_latency:
         manifest = splits.get("test_seen_voices", next(iter(splits.values())))
