@@ -37,10 +37,6 @@ class Row:
     command: str
 
 
-def wer(summary: dict[str, Any]) -> str:
-    return f"{100 * summary['wer']['rate']:.2f}%"
-
-
 def greedy_word_latency(result: list[dict[str, Any]]) -> str:
     """p95 of the streaming pass: the greedy search the partials come from."""
     row = next(m for m in result if m.get("greedy"))
@@ -59,7 +55,15 @@ SYNTHETIC = {
 }
 GREEDY = "--beam 1 --lm-weight 0 --no-two-pass"  # the streaming pass: partials, one-pass finals
 REAL_SPEECH = "python bench/real_speech.py --model {out} --no-whisper"
-REAL_LABEL = "WER, real speech ({utterances} recordings, {wer[reference_length]} words)"
+
+
+def per_set(sets: dict[str, Any]) -> str:
+    """WER on real speech and each synthetic split, in the order the labels name them."""
+    names = ("real", *SYNTHETIC)
+    return " / ".join(f"{100 * sets[n]['wer']['rate']:.1f}%" if n in sets else "-" for n in names)
+
+
+SETS = "real speech / seen voices / unseen voices / short utterances"
 
 
 def finals_side_by_side(row: dict[str, Any]) -> str:
@@ -117,12 +121,6 @@ FINALS_ROWS: tuple[Row, ...] = (
 )
 
 
-def spelled_side_by_side(sets: dict[str, Any]) -> str:
-    """WER of the streaming pass spelled by Whisper's decoder: real speech and each split."""
-    names = ("real", *SYNTHETIC)
-    return " / ".join(f"{100 * sets[n]['wer']['rate']:.1f}%" if n in sets else "-" for n in names)
-
-
 def spelled_word_latency(row: dict[str, Any]) -> str:
     latency = row["latency_ms"]
     return f"{latency['median']:.0f} / {latency['p95']:.0f} ms"
@@ -131,10 +129,9 @@ def spelled_word_latency(row: dict[str, Any]) -> str:
 SPELLED = "--no-whisper --no-two-pass --streaming-decoder whisper --beam 1 --lm-weight 0"
 SPELLED_ROWS: tuple[Row, ...] = (
     Row(
-        "WER, the streaming pass by Whisper's decoder (one-pass): real speech / seen voices /"
-        " unseen voices / short utterances",
+        f"WER, the streaming pass by Whisper's decoder (one-pass): {SETS}",
         ("whisper_streaming", "eval"),
-        spelled_side_by_side,
+        per_set,
         f"python bench/real_speech.py {SPELLED} [--manifest data/live/test_*.jsonl]",
     ),
     Row(
@@ -152,41 +149,36 @@ SPELLED_ROWS: tuple[Row, ...] = (
     ),
 )
 
+EVAL = "asr eval --model {out} --manifest data/live/test_*.jsonl"
+LSTM_ROWS: tuple[Row, ...] = (
+    Row(
+        f"WER, the streaming pass (the partials; one-pass finals greedy): {SETS}",
+        ("monotonic", "eval"),
+        per_set,
+        f"{REAL_SPEECH} {GREEDY}; {EVAL} {GREEDY}",
+    ),
+    Row(
+        f"WER, one-pass finals (beam and LM): {SETS}",
+        ("monotonic", "fusion", "eval"),
+        per_set,
+        f"{REAL_SPEECH} --no-two-pass; {EVAL} --no-two-pass",
+    ),
+)
+
 ROWS: tuple[Row, ...] = (
-    *FINALS_ROWS,
+    *FINALS_ROWS[:-2],  # WER per set, the final latency
+    Row(
+        "word latency p95, from the word's end to its display (streaming pass)",
+        ("word_latency", "models"),
+        greedy_word_latency,
+        "python bench/word_latency.py --model {out}:greedy"
+        " --manifest data/live/test_seen_voices.jsonl --limit 200",
+    ),
+    *FINALS_ROWS[-2:],  # streams carried, two-pass and one-pass
+    *LSTM_ROWS,
     *SPELLED_ROWS,
-    *(
-        row
-        for split, what in SYNTHETIC.items()
-        for row in (
-            Row(
-                f"WER, synthetic speech, {what} ({{utterances}} utterances): streaming pass",
-                ("monotonic", "eval", split),
-                wer,
-                f"asr eval --model {{out}} --manifest {{manifest}} {GREEDY}",
-            ),
-            Row(
-                f"WER, synthetic speech, {what}: one-pass finals (beam and LM)",
-                ("monotonic", "fusion", "eval", split),
-                wer,
-                "asr eval --model {out} --manifest {manifest} --no-two-pass",
-            ),
-        )
-    ),
     Row(
-        f"{REAL_LABEL}: streaming pass",
-        ("monotonic", "eval", "real"),
-        wer,
-        f"{REAL_SPEECH} {GREEDY}",
-    ),
-    Row(
-        f"{REAL_LABEL}: one-pass finals (beam and LM)",
-        ("monotonic", "fusion", "eval", "real"),
-        wer,
-        f"{REAL_SPEECH} --no-two-pass",
-    ),
-    Row(
-        "real-time factor, one stream on one thread",
+        "real-time factor, one stream on one thread (the streaming pass)",
         ("rtf", "rtf"),
         "{:.3f}".format,
         "python bench/streaming.py --model {out}",
@@ -203,13 +195,6 @@ ROWS: tuple[Row, ...] = (
         ("load", "paced"),
         load_latency,
         "python bench/load.py --model {out} --no-two-pass --clients 50",
-    ),
-    Row(
-        "word latency p95, from the word's end to its display (streaming pass)",
-        ("word_latency", "models"),
-        greedy_word_latency,
-        "python bench/word_latency.py --model {out}:greedy"
-        " --manifest data/live/test_seen_voices.jsonl --limit 200",
     ),
     Row(
         "size on disk",
