@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from asr.audio import read_audio
 from asr.bundle import load_model
-from asr.config import SessionOptions
+from asr.config import Config, SessionOptions
 from asr.frontend import STATE_SECONDS
 from asr.recognizer import Recognizer
 from asr.scoring import score
@@ -512,7 +512,8 @@ def test_a_server_session_gets_whisper_finals(recognizer: Recognizer) -> None:
 
     assert_same_finals(final_rows(two_pass), final_rows(expected[True]))
     assert [r for r in two_pass if not r.final] == [r for r in expected[True] if not r.final]
-    assert status == 200 and ready["two_pass"] == {"available": True, "default": False}
+    served = Config.load(MODEL / "config.json").decode.two_pass  # the bundle's default
+    assert status == 200 and ready["two_pass"] == {"available": True, "default": served}
 
 
 def test_finals_written_beside_the_steps_come_with_a_later_step(recognizer: Recognizer) -> None:
