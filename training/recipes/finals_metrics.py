@@ -149,13 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.spelled_real or args.spelled_synthetic or args.spelled_word_latency or args.spelled_rtf:
         metrics["whisper_streaming"] = gather_spelled(args, metrics.get("whisper_streaming"))
     bundle = args.metrics.parent
+    decode = Config.load(bundle / "config.json").decode
     if args.real or args.synthetic or args.latency or args.capacity:
         # the settings these figures were measured with: the bundle's, as the benchmarks ran it
-        finals = Config.load(bundle / "config.json").decode.whisper_finals
-        metrics["whisper_finals"]["settings"] = dataclasses.asdict(finals)
+        metrics["whisper_finals"]["settings"] = dataclasses.asdict(decode.whisper_finals)
     metrics["goals"] = evaluate_goals(goal_figures(metrics))  # two-pass: Whisper's finals
     # which finals the bundle serves by default (its decode.two_pass, set once the goals held)
-    metrics["model"]["two_pass_default"] = Config.load(bundle / "config.json").decode.two_pass
+    metrics["model"]["two_pass_default"] = decode.two_pass
     # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}
