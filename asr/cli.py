@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "distill": "training.distill",
     "pseudo-label": "training.pseudo_label",
     "train-speller": "training.speller",
+    "tune-speller": "training.speller_adapter",
 }
 
 

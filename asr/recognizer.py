@@ -18,7 +18,7 @@ from asr.formats import plain_text
 from asr.frontend import Frontend, load_frontend
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
-from asr.speller import Policy, SpellerModel, bundle_policy
+from asr.speller import Policy, SpellerModel, bundle_adapter, bundle_policy
 from asr.streaming import StreamingSession, check_whisper_window, two_pass_teacher
 from asr.tokenizer import Tokenizer
 from asr.whisper_decoder import load_decoder
@@ -167,7 +167,8 @@ class Recognizer:
         encoded silence are the finals' (:meth:`whisper_finals`), in the precision of
         ``decode.whisper_finals.precision``: one copy in memory, and in bfloat16 a third
         cheaper than float32 on the dev splits at the same WER, though the policy learnt on
-        float32 readings (the research record)."""
+        float32 readings (the research record). A bundle whose streaming pass reads with
+        adapters (``speller_adapter.safetensors``) gives it a decoder of its own."""
         assert self.frontend is not None
         if self._speller is None:
             finals = self.whisper_finals()
@@ -178,7 +179,15 @@ class Recognizer:
                 )
             check_whisper_window(self.config.decode, "Whisper's streaming decoder's segments")
             policy = bundle_policy(self.root)
-            model = SpellerModel(finals.decoder, finals.rules, finals.vocabulary, finals.silence)
+            adapter = bundle_adapter(self.root)
+            if adapter is None:
+                model = SpellerModel(
+                    finals.decoder, finals.rules, finals.vocabulary, finals.silence
+                )
+            else:  # a decoder of its own: the finals read with Whisper's as it is
+                assert self.whisper_files is not None
+                bfloat16 = finals.decoder.projection is not None  # the finals' packed copy
+                model = SpellerModel.load(*self.whisper_files, finals.encoder, adapter, bfloat16)
             self._speller = (model, policy)
         return self._speller
 

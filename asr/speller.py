@@ -61,9 +61,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from asr.adapters import apply_adapter_weights
 from asr.attention import MonotonicEnergy
 from asr.frontend import BUNDLE_ENCODER_FILE
 from asr.whisper_decoder import (
+    LINEARS,
     DecoderCache,
     Memory,
     TokenRules,
@@ -77,6 +79,8 @@ from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
 POLICY_FILE = "speller_policy.safetensors"  # a bundle's learnt policy, if it carries one
+# a bundle's adapters of the decoder the streaming pass reads with (``asr tune-speller``)
+ADAPTER_FILE = "speller_adapter.safetensors"
 
 
 @dataclass(frozen=True)
@@ -139,11 +143,21 @@ class SpellerModel:
 
     @classmethod
     def load(
-        cls, decoder_file: Path, tokenizer_file: Path, teacher: WhisperEncoder
+        cls,
+        decoder_file: Path,
+        tokenizer_file: Path,
+        teacher: WhisperEncoder,
+        adapter: Path | None = None,
+        bfloat16: bool = False,
     ) -> SpellerModel:
-        """From a bundle's Whisper files, the decoder in float32: the policy was trained on
-        float32 readings (the finals' bfloat16 copy reads 0.01-0.05 nats apart)."""
+        """From a bundle's Whisper files (and its :func:`bundle_adapter`), the decoder in
+        float32 (the policy was trained on float32 readings: the finals' bfloat16 copy
+        reads 0.01-0.05 nats apart) or, with ``bfloat16``, as the finals serve it."""
         decoder, rules = load_decoder(decoder_file)
+        if adapter is not None:
+            apply_adapter_weights(decoder.layers, LINEARS, load_file(str(adapter)))
+        if bfloat16:
+            decoder = decoder.in_bfloat16()
         return cls.of(decoder, rules, WhisperVocabulary.load(tokenizer_file), teacher)
 
     @property
@@ -388,15 +402,7 @@ class Learnt:
         """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None);
         with ``student`` (a :func:`student_sha1`), a ValueError unless it was learnt on that
         student's states (a file that names none is taken as it is)."""
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-        if student is not None and meta.get("student_sha1", student) != student:
-            raise ValueError(
-                f"{path} was learnt on another streaming student than the bundle's "
-                f"{BUNDLE_ENCODER_FILE}: train it again with `asr train-speller`"
-            )
+        meta = metadata_for(path, student, "asr train-speller")
         energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
         energy.load_state_dict(load_file(str(path)))
         energy.eval()
@@ -414,6 +420,33 @@ def student_sha1(bundle: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def metadata_for(path: Path, student: str | None, remedy: str) -> dict[str, str]:
+    """A safetensors file's metadata; with ``student`` (a :func:`student_sha1`), a
+    ValueError unless the file was learnt on that student's states (a file that names none
+    is taken as it is)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    if student is not None and meta.get("student_sha1", student) != student:
+        raise ValueError(
+            f"{path} was learnt on another streaming student than the bundle's "
+            f"{BUNDLE_ENCODER_FILE}: train it again with `{remedy}`"
+        )
+    return meta
+
+
+def bundle_adapter(bundle: Path) -> Path | None:
+    """The adapters of the streaming pass's decoder a bundle carries (``ADAPTER_FILE``,
+    checked to be for its student), or None: the streaming pass reads with Whisper's
+    decoder as it is."""
+    path = bundle / ADAPTER_FILE
+    if not path.is_file():
+        return None
+    metadata_for(path, student_sha1(bundle), "asr tune-speller")
+    return path
 
 
 def bundle_policy(bundle: Path) -> Learnt:

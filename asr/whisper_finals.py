@@ -295,8 +295,15 @@ def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memor
     """What ``decoder`` reads of a silent 30 s window as ``teacher`` encodes it: Whisper
     learnt to read its window's padding after the speech as that, so a memory that stops
     early (a segment, a boundary) is followed by it."""
+    return decoder.memory(silent_states(teacher))
+
+
+@torch.no_grad()
+def silent_states(teacher: WhisperEncoder) -> Tensor:
+    """``teacher``'s states [1, 1500, d] of a silent 30 s window (what a memory that stops
+    early is followed by; training through the decoder's cross-attention reads them)."""
     mel = torch.from_numpy(log_mel(np.zeros(30 * SAMPLE_RATE, np.float32), None))
-    return decoder.memory(teacher(mel[None])[0])
+    return teacher(mel[None])[0]
 
 
 def reduced_teacher(teacher: WhisperEncoder) -> WhisperEncoder:

@@ -53,11 +53,13 @@ from asr.recognizer import Recognizer  # noqa: E402
 from asr.speller import (  # noqa: E402
     AtEnd,
     AttentionGuided,
+    Immediate,
     Learnt,
     Policy,
     Speller,
     SpellerModel,
     SpellerOptions,
+    bundle_adapter,
 )
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
 from bench.decoder_ceiling import WINDOW, wer  # noqa: E402
@@ -103,12 +105,16 @@ class Figures:
 
 def policy_of(spec: str) -> Policy:
     """``attention:F`` (the attention-guided policy, F states), ``end`` (the ceiling),
-    ``learnt:PATH`` or ``learnt:PATH@THRESHOLD`` (a learnt policy's file)."""
+    ``immediate`` (at every chunk end: the decoder alone waits, by its end of text, as a
+    decoder tuned on cut memories learns to), ``learnt:PATH`` or ``learnt:PATH@THRESHOLD``
+    (a learnt policy's file)."""
     kind, _, value = spec.partition(":")
     if kind == "attention" and value.isdigit():
         return AttentionGuided(int(value))
     if kind == "end" and not value:
         return AtEnd()
+    if kind == "immediate" and not value:
+        return Immediate()
     if kind == "learnt" and value:
         path, _, threshold = value.partition("@")
         try:
@@ -116,7 +122,7 @@ def policy_of(spec: str) -> Policy:
         except (OSError, ValueError) as err:
             raise argparse.ArgumentTypeError(f"{spec!r}: {err}") from None
     raise argparse.ArgumentTypeError(
-        f"{spec!r}: expected attention:F (F states), end or learnt:PATH[@THRESHOLD]"
+        f"{spec!r}: expected attention:F (F states), end, immediate or learnt:PATH[@THRESHOLD]"
     )
 
 
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem or finals is None:
         parser.error(f"--model {args.model}: {problem or 'no Whisper decoder'}")
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
+    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher, bundle_adapter(args.model))
     aligner = Aligner.of(recognizer)
     chunk = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
     results = []

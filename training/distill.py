@@ -40,9 +40,10 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from asr.adapters import add_adapters, merge_adapters
 from asr.config import Config, WhisperConfig, WhisperFinalsConfig
 from asr.whisper_decoder import DECODER_FILE, load_decoder
-from asr.whisper_encoder import WEIGHTS_FILE, WhisperEncoder, load_encoder
+from asr.whisper_encoder import LAYER_LINEARS, WEIGHTS_FILE, WhisperEncoder, load_encoder
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_finals import WhisperFinals
 from asr.whisper_text import TOKENIZER_FILE, WhisperVocabulary
@@ -289,49 +290,6 @@ def distance(
     return ((ours - theirs) ** 2).sum(), (theirs**2).sum(), cosine
 
 
-class LowRank(torch.nn.Module):
-    """y = W x + b + B A x with frozen W, b and trainable A (r x in), B (out x r; starts at 0)."""
-
-    def __init__(self, base: torch.nn.Linear, rank: int) -> None:
-        super().__init__()
-        self.base = base
-        for p in base.parameters():
-            p.requires_grad_(False)
-        self.down = torch.nn.Parameter(
-            torch.randn(rank, base.in_features) / math.sqrt(base.in_features)
-        )
-        self.up = torch.nn.Parameter(torch.zeros(base.out_features, rank))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + (x @ self.down.T) @ self.up.T
-
-    def merged(self) -> torch.nn.Linear:
-        """The plain linear layer these adapters amount to (what serving runs)."""
-        self.base.weight.data += self.up.data @ self.down.data
-        return self.base
-
-
-LINEARS = ("qkv", "out", "fc1", "fc2")
-
-
-def add_adapters(encoder: WhisperEncoder, rank: int) -> None:
-    """Freeze the encoder and put low-rank adapters on every layer's linear maps."""
-    for p in encoder.parameters():
-        p.requires_grad_(False)
-    for layer in encoder.layers:
-        for name in LINEARS:
-            setattr(layer, name, LowRank(getattr(layer, name), rank))
-
-
-def merge_adapters(encoder: WhisperEncoder) -> WhisperEncoder:
-    for layer in encoder.layers:
-        for name in LINEARS:
-            module = getattr(layer, name)
-            if isinstance(module, LowRank):
-                setattr(layer, name, module.merged())
-    return encoder
-
-
 def save_encoder(encoder: WhisperEncoder, directory: Path, meta: dict[str, str]) -> Path:
     """Float16 weights in the teacher's format (``load_encoder`` reads both)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -392,7 +350,7 @@ class Distiller:
                 cache_words(heard, self.finals, self.cfg.kl_top, f"teacher transcripts ({name})")
         self.student = student.train()
         if self.cfg.adapter_rank > 0:
-            add_adapters(self.student, self.cfg.adapter_rank)
+            add_adapters(self.student, self.student.layers, LAYER_LINEARS, self.cfg.adapter_rank)
         params = [p for p in self.student.parameters() if p.requires_grad]
         self.optimizer = torch.optim.Adam(params, lr=self.cfg.lr)
         self.max_frames = int(self.cfg.max_batch_seconds * 100)
@@ -597,7 +555,9 @@ class Distiller:
         if better:
             state["best"] = result["objective"]
             student = WhisperEncoder(self.student.dims)
-            student.load_state_dict(merge_adapters(copy.deepcopy(self.student)).state_dict())
+            merged = copy.deepcopy(self.student)
+            merge_adapters(merged.layers, LAYER_LINEARS)
+            student.load_state_dict(merged.state_dict())
             meta = {
                 "teacher": self.whisper.teacher,
                 "streaming": json.dumps(dataclasses.asdict(self.streaming)),

@@ -49,7 +49,14 @@ from tqdm import tqdm
 
 from asr.attention import soft_monotonic_alignment
 from asr.frontend import STATE_SECONDS
-from asr.speller import CHUNK_STATES, POLICY_FILE, PolicyEnergy, SpellerModel, student_sha1
+from asr.speller import (
+    CHUNK_STATES,
+    POLICY_FILE,
+    PolicyEnergy,
+    SpellerModel,
+    bundle_adapter,
+    student_sha1,
+)
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
 
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if finals is None or recognizer.frontend is None:
         raise ValueError(f"{args.model}: no Whisper decoder or front end")
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
+    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher, bundle_adapter(args.model))
     paths = cache_grids(entries, recognizer, model, args.cache, args.model)
     if args.grids_only:
         return 0

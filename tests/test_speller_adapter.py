@@ -1,0 +1,131 @@
+"""Whisper's decoder taught to wait (training/speller_adapter.py, ``asr tune-speller``): the
+prefix targets, adapters that merge at load into exactly the decoder they trained, and a
+run of real steps on the bundle that lowers the held-out loss and teaches the end of text
+at memories cut mid-speech; a bundle carrying the adapters streams with a decoder of its
+own, and refuses adapters learnt on another student."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from asr.adapters import adapter_weights, add_adapters, apply_adapter_weights, merge_adapters
+from asr.bundle import load_model
+from asr.speller import ADAPTER_FILE
+from asr.whisper_decoder import LINEARS, WhisperTextDecoder
+from tests.test_bundled_model import HELDOUT, MODEL
+from training.speller_adapter import Example, add_arguments, prefix_target, run
+
+END = 99
+
+
+def test_the_target_is_the_words_ended_by_the_cut_then_the_end() -> None:
+    """Tokens 1-2 are one word ending at state 10, token 3 one ending at 40, token 4 at 60."""
+    example = Example(torch.zeros(64, 4), [1, 2, 3, 4], [10, 10, 40, 60])
+    assert prefix_target(example, 9, END) == [END]  # nothing said yet: wait
+    assert prefix_target(example, 16, END) == [1, 2, END]
+    assert prefix_target(example, 48, END) == [1, 2, 3, END]
+    assert prefix_target(example, 60, END) == [1, 2, 3, 4, END]
+    assert prefix_target(example, None, END) == [1, 2, 3, 4, END]
+
+
+def tiny_decoder() -> WhisperTextDecoder:
+    torch.manual_seed(0)
+    decoder = WhisperTextDecoder(vocab=50, d_model=16, heads=2, layers=2, n_ctx=20)
+    for p in decoder.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    return decoder.eval()
+
+
+def test_saved_adapters_merged_at_load_are_the_decoder_they_trained(tmp_path: Path) -> None:
+    plain = tiny_decoder()
+    tuned = copy.deepcopy(plain)
+    add_adapters(tuned, tuned.layers, LINEARS, rank=3)
+    for name, p in tuned.named_parameters():
+        if name.endswith(".up"):
+            torch.nn.init.normal_(p, std=0.3)
+    tokens = torch.tensor([[1, 5, 7, 9]])
+    states = torch.randn(1, 12, 16)
+    with torch.no_grad():
+        want = tuned(tokens, tuned.memory(states))
+        assert not torch.allclose(want, plain(tokens, plain.memory(states)), atol=1e-3)
+    save_file(adapter_weights(tuned.layers, LINEARS), str(tmp_path / "a.safetensors"))
+    from safetensors.torch import load_file
+
+    loaded = copy.deepcopy(plain)
+    apply_adapter_weights(loaded.layers, LINEARS, load_file(str(tmp_path / "a.safetensors")))
+    merge_adapters(tuned.layers, LINEARS)
+    with torch.no_grad():
+        assert torch.allclose(loaded(tokens, loaded.memory(states)), want, atol=1e-5)
+        assert torch.allclose(tuned(tokens, tuned.memory(states)), want, atol=1e-5)
+    wrong = {"0.fc1.down": torch.zeros(3, 7), "0.fc1.up": torch.zeros(64, 3)}
+    with pytest.raises(ValueError, match="0.fc1"):
+        apply_adapter_weights(copy.deepcopy(plain).layers, LINEARS, wrong)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight steps on six synthetic clips (Whisper's own transcripts as targets), held out
+    on five others."""
+    work = tmp_path_factory.mktemp("tune")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        ["--model", str(MODEL), "--train", str(HELDOUT / "test_seen_voices.jsonl")]
+        + ["--valid", str(HELDOUT / "test_unseen_voices.jsonl"), "--limit", "6"]
+        + ["--teacher-cache", str(work / "teacher"), "--cache", str(work / "states")]
+        + ["--out", str(work / "out"), "--epochs", "4", "--batch", "3", "--lr", "1e-3"]
+        + ["--warmup", "2", "--valid-every", "4"]
+    )
+    assert run(args) == 0
+    return work / "out"
+
+
+def test_tuning_lowers_the_held_out_loss_and_teaches_the_wait(tuned: Path) -> None:
+    history = json.loads((tuned / "history.json").read_text())
+    assert history[0]["step"] == 0 and history[-1]["step"] == 8
+    best = min(h["loss"] for h in history[1:])
+    assert best < 0.8 * history[0]["loss"]
+    assert max(h["waits_right"] for h in history[1:]) > history[0]["waits_right"]
+    assert (tuned / ADAPTER_FILE).is_file()
+
+
+def bundle_with(adapter: Path, out: Path) -> Path:
+    out.mkdir()
+    for item in MODEL.iterdir():
+        (out / item.name).symlink_to(item.resolve())
+    shutil.copy(adapter, out / ADAPTER_FILE)
+    return out
+
+
+def test_a_bundle_with_adapters_streams_with_a_decoder_of_its_own(
+    tuned: Path, tmp_path: Path
+) -> None:
+    recognizer = load_model(bundle_with(tuned / ADAPTER_FILE, tmp_path / "bundle"))
+    model, _ = recognizer.speller()
+    finals = recognizer.whisper_finals()
+    assert finals is not None and model.decoder is not finals.decoder
+    tokens = torch.tensor([model.vocabulary.prompt])
+    states = torch.randn(1, 32, 512)
+    with torch.inference_mode():
+        ours = model.decoder(tokens, model.decoder.memory(states))
+        theirs = finals.decoder(tokens, finals.decoder.memory(states))
+    assert (ours - theirs).abs().max() > 1e-2  # the adapters are merged in the streaming one
+    assert not torch.equal(model.silence[0][0], finals.silence[0][0])
+
+
+def test_adapters_learnt_on_another_student_are_refused(tuned: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    other = tmp_path / ADAPTER_FILE
+    save_file(load_file(str(tuned / ADAPTER_FILE)), str(other), metadata={"student_sha1": "0" * 40})
+    recognizer = load_model(bundle_with(other, tmp_path / "bundle"))
+    with pytest.raises(ValueError, match="asr tune-speller"):
+        recognizer.speller()
