@@ -52,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -398,11 +399,13 @@ class Learnt:
         return e > math.log(self.threshold / (1 - self.threshold))
 
     @classmethod
-    def load(cls, path: Path, threshold: float | None = None, student: str | None = None) -> Learnt:
+    def load(
+        cls, path: Path, threshold: float | None = None, learnt_on: Mapping[str, str] | None = None
+    ) -> Learnt:
         """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None);
-        with ``student`` (a :func:`student_sha1`), a ValueError unless it was learnt on that
-        student's states (a file that names none is taken as it is)."""
-        meta = metadata_for(path, student, "asr train-speller")
+        with ``learnt_on`` (a bundle's :func:`learnt_on`), a ValueError unless it was learnt
+        on that student's states and that decoder's readings."""
+        meta = metadata_for(path, learnt_on or {}, "asr train-speller")
         energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
         energy.load_state_dict(load_file(str(path)))
         energy.eval()
@@ -413,28 +416,47 @@ class Learnt:
         return cls(energy, threshold)
 
 
-def student_sha1(bundle: Path) -> str:
-    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
+def file_sha1(path: Path) -> str:
     digest = hashlib.sha1()
-    with open(bundle / BUNDLE_ENCODER_FILE, "rb") as f:
+    with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def metadata_for(path: Path, student: str | None, remedy: str) -> dict[str, str]:
-    """A safetensors file's metadata; with ``student`` (a :func:`student_sha1`), a
-    ValueError unless the file was learnt on that student's states (a file that names none
-    is taken as it is)."""
+def student_sha1(bundle: Path) -> str:
+    """The bundle's streaming student's file hash: a policy learnt on its states is for it."""
+    return file_sha1(bundle / BUNDLE_ENCODER_FILE)
+
+
+def learnt_on(bundle: Path) -> dict[str, str]:
+    """What a policy for ``bundle`` must have learnt on, as its file's metadata names it:
+    the student's states, read by the decoder with the bundle's adapters or without."""
+    adapter = bundle / ADAPTER_FILE
+    return {
+        "student_sha1": student_sha1(bundle),
+        "adapter_sha1": file_sha1(adapter) if adapter.is_file() else NO_ADAPTER,
+    }
+
+
+NO_ADAPTER = "none"  # a policy learnt on Whisper's decoder as it is (or before adapters)
+UNNAMED = {"adapter_sha1": NO_ADAPTER}  # what a file that names nothing was learnt on
+
+
+def metadata_for(path: Path, expected: Mapping[str, str], remedy: str) -> dict[str, str]:
+    """A safetensors file's metadata, a ValueError unless each ``expected`` key has its
+    value there (a file that names no student is taken as it is)."""
     from safetensors import safe_open
 
     with safe_open(str(path), "pt") as f:
         meta = f.metadata() or {}
-    if student is not None and meta.get("student_sha1", student) != student:
-        raise ValueError(
-            f"{path} was learnt on another streaming student than the bundle's "
-            f"{BUNDLE_ENCODER_FILE}: train it again with `{remedy}`"
-        )
+    for key, want in expected.items():
+        if meta.get(key, UNNAMED.get(key, want)) != want:
+            learnt = "student" if key == "student_sha1" else "decoder (its adapters)"
+            raise ValueError(
+                f"{path} was learnt on another streaming {learnt} than the bundle's: train "
+                f"it again with `{remedy}`"
+            )
     return meta
 
 
@@ -445,19 +467,20 @@ def bundle_adapter(bundle: Path) -> Path | None:
     path = bundle / ADAPTER_FILE
     if not path.is_file():
         return None
-    metadata_for(path, student_sha1(bundle), "asr tune-speller")
+    metadata_for(path, {"student_sha1": student_sha1(bundle)}, "asr tune-speller")
     return path
 
 
 def bundle_policy(bundle: Path) -> Learnt:
-    """The learnt policy a bundle carries (``POLICY_FILE``), checked to be for its student:
-    a FileNotFoundError or ValueError naming what is missing or mismatched."""
+    """The learnt policy a bundle carries (``POLICY_FILE``), checked to be for its student
+    and its decoder: a FileNotFoundError or ValueError naming what is missing or
+    mismatched."""
     path = bundle / POLICY_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"model bundle {bundle} has no {POLICY_FILE} (train one with `asr train-speller`)"
         )
-    return Learnt.load(path, student=student_sha1(bundle))
+    return Learnt.load(path, learnt_on=learnt_on(bundle))
 
 
 class Speller:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from asr.adapters import adapter_weights, add_adapters, apply_adapter_weights, merge_adapters
 from asr.bundle import load_model
-from asr.speller import ADAPTER_FILE
+from asr.speller import ADAPTER_FILE, POLICY_FILE, learnt_on
 from asr.whisper_decoder import LINEARS, WhisperTextDecoder
 from tests.test_bundled_model import HELDOUT, MODEL
 from training.speller_adapter import Example, add_arguments, prefix_target, run
@@ -57,8 +58,6 @@ def test_saved_adapters_merged_at_load_are_the_decoder_they_trained(tmp_path: Pa
         want = tuned(tokens, tuned.memory(states))
         assert not torch.allclose(want, plain(tokens, plain.memory(states)), atol=1e-3)
     save_file(adapter_weights(tuned.layers, LINEARS), str(tmp_path / "a.safetensors"))
-    from safetensors.torch import load_file
-
     loaded = copy.deepcopy(plain)
     apply_adapter_weights(loaded.layers, LINEARS, load_file(str(tmp_path / "a.safetensors")))
     merge_adapters(tuned.layers, LINEARS)
@@ -97,11 +96,20 @@ def test_tuning_lowers_the_held_out_loss_and_teaches_the_wait(tuned: Path) -> No
     assert (tuned / ADAPTER_FILE).is_file()
 
 
-def bundle_with(adapter: Path, out: Path) -> Path:
+def bundle_with(adapter: Path, out: Path, policy_for_it: bool = True) -> Path:
+    """models/default with ``adapter``; its policy's file names the adapter it was learnt
+    over where ``policy_for_it`` (as `asr train-speller` on this bundle writes it)."""
     out.mkdir()
     for item in MODEL.iterdir():
-        (out / item.name).symlink_to(item.resolve())
+        if item.name != POLICY_FILE:
+            (out / item.name).symlink_to(item.resolve())
     shutil.copy(adapter, out / ADAPTER_FILE)
+    policy = MODEL / POLICY_FILE
+    with safe_open(str(policy), "pt") as f:
+        meta = f.metadata()
+    if policy_for_it:
+        meta |= learnt_on(out)
+    save_file(load_file(str(policy)), str(out / POLICY_FILE), metadata=meta)
     return out
 
 
@@ -121,9 +129,15 @@ def test_a_bundle_with_adapters_streams_with_a_decoder_of_its_own(
     assert not torch.equal(model.silence[0][0], finals.silence[0][0])
 
 
-def test_adapters_learnt_on_another_student_are_refused(tuned: Path, tmp_path: Path) -> None:
-    from safetensors.torch import load_file
+def test_a_policy_learnt_without_the_adapters_is_refused(tuned: Path, tmp_path: Path) -> None:
+    """The policy reads the decoder's state: one learnt over Whisper's decoder as it is does
+    not fit the adapted one."""
+    bundle = bundle_with(tuned / ADAPTER_FILE, tmp_path / "bundle", policy_for_it=False)
+    with pytest.raises(ValueError, match="another streaming decoder"):
+        load_model(bundle).speller()
 
+
+def test_adapters_learnt_on_another_student_are_refused(tuned: Path, tmp_path: Path) -> None:
     other = tmp_path / ADAPTER_FILE
     save_file(load_file(str(tuned / ADAPTER_FILE)), str(other), metadata={"student_sha1": "0" * 40})
     recognizer = load_model(bundle_with(other, tmp_path / "bundle"))

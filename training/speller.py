@@ -55,7 +55,7 @@ from asr.speller import (
     PolicyEnergy,
     SpellerModel,
     bundle_adapter,
-    student_sha1,
+    learnt_on,
 )
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             f"at most --max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
         )
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
-    trainer.meta = {"student_sha1": student_sha1(args.model)}
+    trainer.meta = learnt_on(args.model)
     trainer.fit(args.epochs, resume=args.resume)
     return 0
 
