@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from asr.speller import ADAPTER_FILE
 from training.recipes import results_table
 from training.recipes.results_table import BEGIN, END, render
 
@@ -165,11 +166,14 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
     assert "the streaming pass by Whisper's decoder | 0.250 |" in text
     card = (bundle / "README.md").read_text()
     assert "## The streaming pass by Whisper's decoder" in card and "| 66 | 50.00% |" in card
+    assert "speller_adapter.safetensors" not in card  # this copy carries no adapters
     files["rtf.json"] = {"rtf": 0.5}
     (tmp_path / "rtf.json").write_text(json.dumps(files["rtf.json"]))
+    (bundle / ADAPTER_FILE).write_bytes(b"")  # now it carries them: the card says so
     assert finals_metrics.main([*args, "--spelled-rtf", str(tmp_path / "rtf.json")]) == 0
     spelled = json.loads((bundle / "metrics.json").read_text())["whisper_streaming"]
     assert spelled["rtf"] == 0.5 and spelled["eval"]["real"]["wer"] == wer(300, 600)
+    assert spelled["adapters"] and "low-rank adapters" in (bundle / "README.md").read_text()
     assert spelled["word_latency"]["model"] == "models/default:whisper"
 
 

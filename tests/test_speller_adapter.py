@@ -100,8 +100,8 @@ def bundle_with(adapter: Path, out: Path, policy_for_it: bool = True) -> Path:
     """models/default with ``adapter``; its policy's file names the adapter it was learnt
     over where ``policy_for_it`` (as `asr train-speller` on this bundle writes it)."""
     out.mkdir()
-    for item in MODEL.iterdir():
-        if item.name != POLICY_FILE:
+    for item in MODEL.iterdir():  # links to the bundle's files, but the two written here
+        if item.name not in (POLICY_FILE, ADAPTER_FILE):
             (out / item.name).symlink_to(item.resolve())
     shutil.copy(adapter, out / ADAPTER_FILE)
     policy = MODEL / POLICY_FILE

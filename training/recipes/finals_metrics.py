@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from asr.config import Config
+from asr.speller import ADAPTER_FILE
 from training.recipes.gather import REAL, SYNTHETIC
 from training.recipes.results_table import METRICS, README, rendered_readme
 from training.recipes.whisper_card import write_card
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     metrics["goals"] = evaluate_goals(goal_figures(metrics))  # two-pass: Whisper's finals
     # which finals the bundle serves by default (its decode.two_pass, set once the goals held)
     metrics["model"]["two_pass_default"] = decode.two_pass
+    if "whisper_streaming" in metrics:  # whether its decoder reads with adapters it learnt
+        metrics["whisper_streaming"]["adapters"] = (bundle / ADAPTER_FILE).is_file()
     # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}

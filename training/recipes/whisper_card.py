@@ -454,9 +454,18 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
         "`streaming_decoder` in a stream's `start`, the page's \"Live text\" choice), partials",
         "and one-pass finals are Whisper-base's decoder reading the student's states as they",
         "arrive, each token let out where the learnt monotonic policy",
-        "(`speller_policy.safetensors`) says its audio is in. WER on normalised text, one-pass",
-        "(`python bench/real_speech.py --no-whisper --no-two-pass --streaming-decoder whisper",
-        "--beam 1 --lm-weight 0`, with `--manifest data/live/SPLIT.jsonl` for the splits):",
+        "(`speller_policy.safetensors`) says its audio is in.",
+    ]
+    if spelled.get("adapters"):
+        lines += [
+            "The decoder reads with low-rank adapters (`speller_adapter.safetensors`, from",
+            "`asr tune-speller`) that taught it the student's states and to wait where the",
+            "memory stops mid-speech; the finals read with Whisper's own.",
+        ]
+    lines += [
+        "WER on normalised text, one-pass (`python bench/real_speech.py --no-whisper",
+        "--no-two-pass --streaming-decoder whisper --beam 1 --lm-weight 0`, with",
+        "`--manifest data/live/SPLIT.jsonl` for the splits):",
         "",
         "| set | utterances | WER |",
         "|---|---|---|",
