@@ -50,9 +50,10 @@ from tqdm import tqdm
 from asr.adapters import adapter_weights, add_adapters, restore_adapters
 from asr.config import WhisperConfig
 from asr.speller import ADAPTER_FILE, CHUNK_STATES, student_sha1
-from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder
+from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder, load_decoder
 from asr.whisper_features import SAMPLE_RATE
 from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states, token_ends
+from asr.whisper_text import WhisperVocabulary
 from training.distill import Cached, cache_teacher, cache_words, english
 from training.speller import word_ends
 from training.train import StopSignals, configure_cpu, lr_factor
@@ -134,20 +135,13 @@ def run(args: argparse.Namespace) -> int:
 
 def float32_finals(recognizer: Recognizer) -> WhisperFinals:
     """The bundle's teacher and Whisper's decoder in float32 (gradients go through it)."""
-    finals = recognizer.whisper_finals()
-    if finals is None or recognizer.frontend is None:
+    if recognizer.whisper_files is None or recognizer.frontend is None:
         raise ValueError("the bundle has no Whisper decoder and teacher to tune")
-    return WhisperFinals(
-        finals.teacher, finals_decoder(recognizer), finals.rules, finals.vocabulary, "float32"
-    )
-
-
-def finals_decoder(recognizer: Recognizer) -> WhisperTextDecoder:
-    from asr.whisper_decoder import load_decoder
-
-    assert recognizer.whisper_files is not None
-    decoder, _ = load_decoder(recognizer.whisper_files[0])
-    return decoder
+    decoder_file, tokenizer_file = recognizer.whisper_files
+    decoder, rules = load_decoder(decoder_file)
+    vocabulary = WhisperVocabulary.load(tokenizer_file)
+    teacher = recognizer.frontend.full_attention()
+    return WhisperFinals(teacher, decoder, rules, vocabulary, "float32")
 
 
 # -- examples -----------------------------------------------------------------------------
@@ -163,8 +157,9 @@ class Example:
     word_ends: list[int]
 
 
-def example_name(item: Cached, bundle: Path) -> str:
-    key = json.dumps([item.path.name, student_sha1(bundle)])
+def example_name(item: Cached, student: str) -> str:
+    """The cache file of ``item``'s example under the student of SHA-1 ``student``."""
+    key = json.dumps([item.path.name, student])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
@@ -183,7 +178,8 @@ def cache_examples(
 
     assert recognizer.frontend is not None
     cache.mkdir(parents=True, exist_ok=True)
-    paths = [cache / example_name(item, bundle) for item in items]
+    student = student_sha1(bundle)  # hashed once: the file is tens of MB
+    paths = [cache / example_name(item, student) for item in items]
     todo = [(i, p) for i, p in zip(items, paths) if not p.is_file()]
     for item, path in tqdm(todo, desc=f"student states ({desc})", unit="utt", leave=False):
         assert item.words is not None
