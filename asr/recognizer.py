@@ -187,7 +187,9 @@ class Recognizer:
             else:  # a decoder of its own: the finals read with Whisper's as it is
                 assert self.whisper_files is not None
                 bfloat16 = finals.decoder.projection is not None  # the finals' packed copy
-                model = SpellerModel.load(*self.whisper_files, finals.encoder, adapter, bfloat16)
+                model = SpellerModel.load(
+                    *self.whisper_files, finals.silent_states, adapter, bfloat16
+                )
             self._speller = (model, policy)
         return self._speller
 

@@ -74,8 +74,7 @@ from asr.whisper_decoder import (
     load_decoder,
     loop_start,
 )
-from asr.whisper_encoder import WhisperEncoder
-from asr.whisper_finals import LOOP_SPAN, silent_memory
+from asr.whisper_finals import LOOP_SPAN
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
@@ -137,17 +136,18 @@ class SpellerModel:
         decoder: WhisperTextDecoder,
         rules: TokenRules,
         vocabulary: WhisperVocabulary,
-        teacher: WhisperEncoder,
+        silent: Tensor,
     ) -> SpellerModel:
-        """The shared part, with the silent window encoded by ``teacher`` now."""
-        return cls(decoder, rules, vocabulary, silent_memory(teacher, decoder))
+        """The shared part, with ``decoder``'s memory of ``silent``, a teacher's states of a
+        silent window (:func:`asr.whisper_finals.silent_states`)."""
+        return cls(decoder, rules, vocabulary, decoder.memory(silent))
 
     @classmethod
     def load(
         cls,
         decoder_file: Path,
         tokenizer_file: Path,
-        teacher: WhisperEncoder,
+        silent: Tensor,
         adapter: Path | None = None,
         bfloat16: bool = False,
     ) -> SpellerModel:
@@ -159,7 +159,7 @@ class SpellerModel:
             apply_adapter_weights(decoder.layers, LINEARS, load_file(str(adapter)))
         if bfloat16:
             decoder = decoder.in_bfloat16()
-        return cls.of(decoder, rules, WhisperVocabulary.load(tokenizer_file), teacher)
+        return cls.of(decoder, rules, WhisperVocabulary.load(tokenizer_file), silent)
 
     @property
     def end(self) -> int:

@@ -112,8 +112,10 @@ class WhisperFinals:
         size = len(decoder.embed.weight)
         self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
         # the encoded silence of Whisper's window, as it reads past a segment (the streaming
-        # speller reads it too): at load, not at a first final
-        self.silence = silent_memory(self.encoder, self.decoder)
+        # speller reads it too, an adapted decoder's memory of the same states): at load,
+        # not at a first final
+        self.silent_states = silent_states(self.encoder)
+        self.silence = self.decoder.memory(self.silent_states)
 
     @torch.inference_mode()
     def transcribe(self, mels: list[Tensor], options: WhisperFinalsConfig) -> list[FinalText]:
@@ -291,13 +293,6 @@ class WhisperFinals:
 
 
 @torch.no_grad()
-def silent_memory(teacher: WhisperEncoder, decoder: WhisperTextDecoder) -> Memory:
-    """What ``decoder`` reads of a silent 30 s window as ``teacher`` encodes it: Whisper
-    learnt to read its window's padding after the speech as that, so a memory that stops
-    early (a segment, a boundary) is followed by it."""
-    return decoder.memory(silent_states(teacher))
-
-
 @torch.no_grad()
 def silent_states(teacher: WhisperEncoder) -> Tensor:
     """``teacher``'s states [1, 1500, d] of a silent 30 s window (what a memory that stops

@@ -62,6 +62,7 @@ from asr.speller import (  # noqa: E402
     bundle_adapter,
 )
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
+from asr.whisper_finals import silent_states  # noqa: E402
 from bench.decoder_ceiling import WINDOW, wer  # noqa: E402
 from bench.real_speech import score_text  # noqa: E402
 from bench.word_latency import Aligner, aligner_problem, settled  # noqa: E402
@@ -306,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     if problem or finals is None:
         parser.error(f"--model {args.model}: {problem or 'no Whisper decoder'}")
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher, bundle_adapter(args.model))
+    model = SpellerModel.load(
+        *recognizer.whisper_files, silent_states(finals.teacher), bundle_adapter(args.model)
+    )
     aligner = Aligner.of(recognizer)
     chunk = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
     results = []

@@ -30,7 +30,7 @@ from asr.speller import (
     SpellerOptions,
 )
 from asr.whisper_decoder import WhisperTextDecoder
-from asr.whisper_finals import STATES_PER_WINDOW
+from asr.whisper_finals import STATES_PER_WINDOW, silent_states
 from tests.test_bundled_model import HELDOUT, MODEL
 from tests.test_streaming import chunk_sizes
 from training.speller import (
@@ -50,7 +50,7 @@ def bundle() -> tuple[Frontend, SpellerModel]:
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher)
+    model = SpellerModel.load(*recognizer.whisper_files, silent_states(finals.teacher))
     return recognizer.frontend, model
 
 

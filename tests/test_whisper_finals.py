@@ -28,7 +28,7 @@ from asr.whisper_finals import (
     WhisperFinals,
     compression_ratio,
     dtw,
-    silent_memory,
+    silent_states,
     token_ends,
     whisper_floor,
 )
@@ -232,7 +232,7 @@ def test_a_batch_memory_is_each_segment_then_silence(recognizer: Recognizer) -> 
     with torch.inference_mode():
         memory, mask = finals.memory(states, lengths, silence_after=True)
         own = finals.decoder.memory(states)
-        silence = silent_memory(finals.encoder, finals.decoder)
+        silence = finals.decoder.memory(silent_states(finals.encoder))
     assert mask is None
     for layer, ((k, v), (own_k, own_v), (silent_k, silent_v)) in enumerate(
         zip(memory, own, silence, strict=True)

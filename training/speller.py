@@ -59,6 +59,7 @@ from asr.speller import (
 )
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
+from asr.whisper_finals import silent_states
 
 if TYPE_CHECKING:
     from asr.recognizer import Recognizer
@@ -100,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     if finals is None or recognizer.frontend is None:
         raise ValueError(f"{args.model}: no Whisper decoder or front end")
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(*recognizer.whisper_files, finals.teacher, bundle_adapter(args.model))
+    model = SpellerModel.load(
+        *recognizer.whisper_files, silent_states(finals.teacher), bundle_adapter(args.model)
+    )
     paths = cache_grids(entries, recognizer, model, args.cache, args.model)
     if args.grids_only:
         return 0
