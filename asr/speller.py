@@ -92,10 +92,19 @@ class SpellerOptions:
     beyond: Literal["silence", "mask"] = "silence"
     # most tokens of one segment (Whisper's own limit is half its 448 positions)
     max_tokens: int = 224
+    # "words": while the segment is open, numbers are spelled as said ("six hundred seventy
+    # three"), each word let out once it has ended (tokens with digits, currency or per
+    # cent signs suppressed); at the close the rest is read as Whisper writes it (the
+    # decoder, tuned on its own numerals, would end the text rather than spell them).
+    # "digits": Whisper's numerals ("673") throughout, which it writes only once the whole
+    # number has been heard (research record: WER and word latency p95 on the dev splits)
+    numbers: Literal["words", "digits"] = "words"
 
     def __post_init__(self) -> None:
         if self.beyond not in ("silence", "mask"):
             raise ValueError(f"beyond must be 'silence' or 'mask', got {self.beyond!r}")
+        if self.numbers not in ("words", "digits"):
+            raise ValueError(f"numbers must be 'words' or 'digits', got {self.numbers!r}")
         if not 1 <= self.max_tokens <= 224:
             raise ValueError(f"max_tokens must be 1 to 224, got {self.max_tokens}")
 
@@ -117,6 +126,8 @@ class SpellerModel:
         self.silence = silence
         size = len(decoder.embed.weight)
         self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
+        self.numerals = torch.zeros(size, dtype=torch.bool)  # SpellerOptions.numbers "words"
+        self.numerals[vocabulary.numeral_tokens()] = True
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
         # with other threads (the finals' own), so each thread keeps its own
@@ -494,6 +505,10 @@ class Speller:
         self.options = options or SpellerOptions()
         silence = model.silence if self.options.beyond == "silence" else None
         self.memory = GrowingMemory(model.decoder, silence)
+        # the tokens never written, and never written first, while the segment is open
+        self._open_masks = (model.suppress, model.suppress_begin)
+        if self.options.numbers == "words":
+            self._open_masks = tuple(m | model.numerals for m in self._open_masks)
         self._states: list[Tensor] = []
         self.hypothesis = Hypothesis(list(model.vocabulary.prompt))
         self.closed = False
@@ -587,7 +602,10 @@ class Speller:
         logprobs, cache, scores = self.model.decoder.step(
             torch.tensor([hyp.pending]), cache, scores_of=heads
         )
-        suppress = self.model.suppress_begin if not hyp.tokens else self.model.suppress
+        masks = (self.model.suppress, self.model.suppress_begin)
+        if not self.closed:
+            masks = self._open_masks
+        suppress = masks[1] if not hyp.tokens else masks[0]
         last = logprobs[0, -1].masked_fill(suppress, -torch.inf)
         assert scores is not None
         attended = self._attended(scores, mask, boundary)

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 TOKENIZER_FILE = "whisper_tokenizer.json"
 PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 END = "<|endoftext|>"
+NUMERALS = frozenset("0123456789$\u00a3\u20ac%")  # digits, $ pound euro, per cent
 NO_SPEECH = "<|nocaptions|>"  # the token whose first-step probability says "no speech"
 
 
@@ -50,6 +51,12 @@ class WhisperVocabulary:
     def text_tokens(self) -> int:
         """Tokens below this id are text; from the end token on they are special."""
         return self.end
+
+    def numeral_tokens(self) -> list[int]:
+        """The text tokens that hold a digit or a sign Whisper writes beside numerals
+        (``NUMERALS``): without them, it spells numbers as they are said."""
+        texts = self.tokenizer.decode_batch([[i] for i in range(self.end)])
+        return [i for i, text in enumerate(texts) if NUMERALS.intersection(text)]
 
     def decode(self, ids: list[int]) -> str:
         """The text of text tokens, without the leading space of its first word."""

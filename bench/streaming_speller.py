@@ -27,7 +27,11 @@ Audio longer than Whisper's 30 s window is read window by window, each a segment
 
     python bench/streaming_speller.py --manifest data/live/dev.jsonl --limit 100 \\
         --policy attention:4 attention:8 learnt:exp/speller/speller_policy.safetensors \
-        --beyond silence mask
+        --beyond silence mask --numbers words digits
+
+``--numbers``: numbers spelled as said (the served default: a number's words stream as
+they end) or in Whisper's numerals (written once the whole number is heard); the ceiling
+reads with the first.
 """
 
 from __future__ import annotations
@@ -127,12 +131,14 @@ def policy_of(spec: str) -> Policy:
     )
 
 
-def systems_of(policies: list[str], beyonds: list[str]) -> list[System]:
-    systems = [System("ceiling", AtEnd(), SpellerOptions(beyond="silence"))]
+def systems_of(policies: list[str], beyonds: list[str], numbers: list[str]) -> list[System]:
+    ceiling = SpellerOptions(beyond="silence", numbers=numbers[0])  # type: ignore[arg-type]
+    systems = [System("ceiling", AtEnd(), ceiling)]
     for beyond in beyonds:
-        for spec in policies:
-            options = SpellerOptions(beyond=beyond)
-            systems.append(System(f"{spec} ({beyond})", policy_of(spec), options))
+        for spelled in numbers:
+            for spec in policies:
+                options = SpellerOptions(beyond=beyond, numbers=spelled)  # type: ignore[arg-type]
+                systems.append(System(f"{spec} ({beyond}, {spelled})", policy_of(spec), options))
     return systems + [System("lstm greedy")]
 
 
@@ -291,13 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         default=["silence"],
         help="what the policies' decoder reads past a token's boundary",
     )
+    parser.add_argument(
+        "--numbers",
+        nargs="+",
+        choices=["words", "digits"],
+        default=["words"],
+        help="numbers spelled as said, or in Whisper's numerals",
+    )
     parser.add_argument("--chunk-ms", type=float, default=20.0, help="audio per accept()")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.limit < 0 or args.chunk_ms <= 0:
         parser.error("--limit must be >= 0 and --chunk-ms > 0")
     try:
-        systems = systems_of(args.policy, args.beyond)
+        systems = systems_of(args.policy, args.beyond, args.numbers)
     except argparse.ArgumentTypeError as err:
         parser.error(str(err))
     torch.set_num_threads(1)

@@ -28,6 +28,7 @@ from asr.speller import (
     Speller,
     SpellerModel,
     SpellerOptions,
+    bundle_adapter,
 )
 from asr.whisper_decoder import WhisperTextDecoder
 from asr.whisper_finals import STATES_PER_WINDOW, silent_states
@@ -72,11 +73,16 @@ def arrivals(frontend: Frontend, samples: np.ndarray, sizes: list[int]) -> list[
 
 
 def spell(
-    model: SpellerModel, policy: Policy, batches: list[np.ndarray], beyond: str = "silence"
+    model: SpellerModel,
+    policy: Policy,
+    batches: list[np.ndarray],
+    beyond: str = "silence",
+    numbers: str = "words",
 ) -> tuple[Speller, list[bool]]:
     """A speller fed ``batches`` (the last at the close), and per token whether it came out
     before the close."""
-    speller = Speller(model, policy, SpellerOptions(beyond=beyond))  # type: ignore[arg-type]
+    options = SpellerOptions(beyond=beyond, numbers=numbers)  # type: ignore[arg-type]
+    speller = Speller(model, policy, options)
     early = [True for batch in batches[:-1] for _ in speller.accept(batch)]
     return speller, early + [False] * len(speller.finish(batches[-1]))
 
@@ -107,8 +113,8 @@ def test_at_end_reads_the_whole_memory_as_the_ceiling_does(
 ) -> None:
     """The only-at-the-end policy says nothing before the close, then exactly what Whisper's
     greedy decoder says under its token rules reading the whole memory (the student's
-    states, then the teacher's encoded silence): "-5 degrees" here, which the rules make
-    "minus five degrees"."""
+    states, then the teacher's encoded silence), numerals too: the close reads the rest as
+    Whisper writes it."""
     frontend, model = bundle
     samples, _ = heldout("test_unseen_voices", 1)
     batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
@@ -130,6 +136,32 @@ def test_at_end_reads_the_whole_memory_as_the_ceiling_does(
             ceiling.append(best)
     assert speller.tokens == ceiling and not any(early)
     assert set(speller.hypothesis.boundaries) == {len(states)}
+
+
+def test_numbers_are_spelled_while_the_segment_is_open(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """Whisper's numerals wait for the number's end; spelled, a number streams word by
+    word. With the bundle's adapters and at every chunk end, "one thousand one hundred three
+    pounds and fifty pence" comes out before the close in words (no token with a digit or
+    a currency sign), and in numerals where the speller keeps them."""
+    frontend, _ = bundle
+    recognizer = load_model(MODEL)
+    model, _ = recognizer.speller()
+    assert bundle_adapter(MODEL) is not None
+    samples, reference = heldout("test_unseen_voices", 3)
+    assert reference == "one thousand one hundred three pounds and fifty pence"
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    numeral = model.numerals.nonzero().flatten().tolist()
+    for numbers in ("words", "digits"):
+        speller, early = spell(model, Immediate(), batches, numbers=numbers)
+        before_close = [t for t, e in zip(speller.tokens, early) if e]
+        assert len(before_close) >= 6
+        if numbers == "words":
+            assert not set(before_close) & set(numeral)
+            assert speller.text.lower().startswith("one thousand one hundred three pounds and")
+        else:
+            assert set(before_close) & set(numeral)
 
 
 @dataclass
