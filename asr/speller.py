@@ -55,7 +55,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import numpy as np
 import torch
@@ -179,15 +179,17 @@ class SpellerModel:
 
 class GrowingMemory:
     """One segment's memory: each layer's cross-attention keys and values of the states so
-    far, computed once per state, in buffers that grow by doubling. With encoded silence
-    (``silence`` given) a layer's buffer holds the silent window's 1500 states first and
-    the segment's after them, so that the memory cut at any boundary is a view of it and a
-    mask: the segment's states before the boundary, the silence's from the boundary on.
-    The buffers are made with the first states (a segment that has none, as a session's
-    between two endpoints before any audio, holds nothing: with silence they are some 40 MB
-    in float32) and start with room for ``FIRST_ROOM`` states."""
+    far, computed once per state, in buffers that grow ``ROOM`` states at a time. With
+    encoded silence (``silence`` given) a layer's buffer holds the silent window's 1500
+    states first and the segment's after them, so that the memory cut at any boundary is
+    the buffers whole and a mask: the segment's states before the boundary, the silence's
+    from the boundary on. Whole, because a product over part of a buffer (a strided view)
+    took four times as long in bfloat16 as one over all of it, masked room and all
+    (research record). The buffers are made with the first states (a segment that has none,
+    as a session's between two endpoints before any audio, holds nothing: with silence they
+    are some 40 MB in float32)."""
 
-    FIRST_ROOM = 256  # states (5 s); the buffers double as a segment grows past it
+    ROOM = 256  # states (5 s): the buffers' room for the segment grows by this much
 
     def __init__(self, decoder: WhisperTextDecoder, silence: Memory | None) -> None:
         self.decoder = decoder
@@ -210,35 +212,34 @@ class GrowingMemory:
                 values[:, :, : self.offset] = self.silence[layer][1]
             self._buffers.append((keys, values))
 
+    def _room_for(self, states: int) -> int:
+        return -(-states // self.ROOM) * self.ROOM
+
     def add(self, states: Tensor) -> None:
         """Append encoder states [n, d]."""
         if not len(states):
             return
+        need = self.length + len(states)
         if not self._buffers:
-            self._make_buffers(max(self.FIRST_ROOM, len(states)))
-        end = self.offset + self.length + len(states)
-        if end > self._buffers[0][0].shape[2]:
-            grow = max(end, 2 * self._buffers[0][0].shape[2]) - self._buffers[0][0].shape[2]
+            self._make_buffers(self._room_for(need))
+        room = self._buffers[0][0].shape[2] - self.offset
+        if need > room:
+            grow = self._room_for(need) - room
             self._buffers = [(_grown(k, grow), _grown(v, grow)) for k, v in self._buffers]
-        start = self.offset + self.length
+        start, end = self.offset + self.length, self.offset + need
         for (keys, values), (k, v) in zip(self._buffers, self.decoder.memory(states[None])):
             keys[:, :, start:end] = k
             values[:, :, start:end] = v
-        self.length += len(states)
+        self.length = need
 
-    def cut(self, boundary: int) -> tuple[Memory, Tensor | None]:
-        """The memory read up to ``boundary`` (1 to :attr:`length` states) and its mask
-        ([1, slots], None: every slot)."""
+    def cut(self, boundary: int) -> tuple[Memory, Tensor]:
+        """The memory read up to ``boundary`` (1 to :attr:`length` states): the buffers and
+        their mask [1, slots] (True: read)."""
         if not 0 < boundary <= self.length:
             raise ValueError(f"a boundary must be 1 to {self.length} states, got {boundary}")
-        if self.offset == 0:
-            return [(k[:, :, :boundary], v[:, :, :boundary]) for k, v in self._buffers], None
-        slots = self.offset + self.length
-        memory = [(k[:, :, :slots], v[:, :, :slots]) for k, v in self._buffers]
-        index = torch.arange(slots)
-        own = index - self.offset
-        mask = torch.where(index < self.offset, index >= boundary, own < boundary)
-        return memory, mask[None]
+        index = torch.arange(self._buffers[0][0].shape[2])
+        mask = torch.where(index < self.offset, index >= boundary, index - self.offset < boundary)
+        return list(self._buffers), mask[None]
 
     def state_of(self, slots: Tensor) -> Tensor:
         """The segment's state index of each memory slot (negative: a slot of silence)."""
@@ -260,7 +261,7 @@ class Reading:
     boundary: int
     logprobs: Tensor
     token: int
-    attended: int
+    attended: int | None  # None where the policy does not read it (Policy.reads_attention)
     cache: DecoderCache
     state: Tensor
 
@@ -330,9 +331,12 @@ class NextToken:
 
 class Policy(Protocol):
     """When the next token may be spoken. The speller asks at candidate boundaries every
-    ``stride`` states, in increasing order from the pointer, and emits at the first yes."""
+    ``stride`` states, in increasing order from the pointer, and emits at the first yes.
+    ``reads_attention``: whether it reads :attr:`Reading.attended`, which the decoder's
+    alignment heads' scores give at a tenth of a step's time (None in readings otherwise)."""
 
     stride: int
+    reads_attention: ClassVar[bool]
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         """Whether the next token may be read from the memory up to ``boundary`` now."""
@@ -344,6 +348,7 @@ class Immediate:
     """At the first candidate boundary (the pointer's chunk, or the first)."""
 
     stride: int = CHUNK_STATES
+    reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         return True
@@ -354,6 +359,7 @@ class AtEnd:
     """Never before the segment closes: the decoder reads the whole memory."""
 
     stride: int = CHUNK_STATES
+    reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         return False
@@ -367,9 +373,12 @@ class AttentionGuided:
 
     frames: int
     stride: int = CHUNK_STATES
+    reads_attention: ClassVar[bool] = True
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
-        return next_token.read(boundary).attended < boundary - self.frames
+        attended = next_token.read(boundary).attended
+        assert attended is not None  # reads_attention
+        return attended < boundary - self.frames
 
 
 class PolicyEnergy(MonotonicEnergy):
@@ -402,6 +411,7 @@ class Learnt:
     energy: PolicyEnergy
     threshold: float = 0.5
     stride: int = CHUNK_STATES
+    reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         s = next_token.read(boundary).state
@@ -598,7 +608,7 @@ class Speller:
         """The decoder's reading of ``hyp``'s next token from the memory up to ``boundary``."""
         memory, mask = self.memory.cut(boundary)
         cache = DecoderCache(hyp.past, memory, mask)
-        heads = self.model.rules.alignment_heads
+        heads = self.model.rules.alignment_heads if self.policy.reads_attention else ()
         logprobs, cache, scores = self.model.decoder.step(
             torch.tensor([hyp.pending]), cache, scores_of=heads
         )
@@ -607,17 +617,14 @@ class Speller:
             masks = self._open_masks
         suppress = masks[1] if not hyp.tokens else masks[0]
         last = logprobs[0, -1].masked_fill(suppress, -torch.inf)
-        assert scores is not None
-        attended = self._attended(scores, mask, boundary)
+        attended = None if scores is None else self._attended(scores, mask, boundary)
         state = self.model.final_state()[0, -1]
         return Reading(boundary, last, int(last.argmax()), attended, cache, state)
 
-    def _attended(self, scores: Tensor, mask: Tensor | None, boundary: int) -> int:
+    def _attended(self, scores: Tensor, mask: Tensor, boundary: int) -> int:
         """The state the alignment heads attend most for the last query (their weights
         averaged), or ``boundary`` when that is a slot of silence."""
-        last = scores[0, :, -1]  # [heads, slots]
-        if mask is not None:
-            last = last.masked_fill(~mask, -torch.inf)
+        last = scores[0, :, -1].masked_fill(~mask, -torch.inf)  # [heads, slots]
         slot = int(last.softmax(-1).mean(0).argmax())
         state = int(self.memory.state_of(torch.tensor(slot)))
         return state if state >= 0 else boundary

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -170,6 +171,7 @@ class Asked:
 
     stride: int = 16
     asked: dict[int, list[int]] = field(default_factory=dict)
+    reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         self.asked.setdefault(len(next_token.tokens), []).append(boundary)
@@ -221,6 +223,7 @@ class FromState:
 
     first: int
     stride: int = 16
+    reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         return boundary >= self.first
