@@ -309,10 +309,10 @@ class DecodeConfig(Checked):
     # decoder reading the streaming student's states, each token let out when the bundle's
     # learnt policy (speller_policy.safetensors) says its audio has arrived; the LSTM search
     # still runs beside it, its end of sentence no longer ending a segment (segments end at
-    # endpoints alone). Cased and punctuated, better read (held-out one-pass WER 56.5% real,
-    # 20.9 / 22.5% synthetic, against the LSTM's 64.7 / 28.2 / 32.2%) but later (word
-    # latency p95 1.5 s against 0.34) and dearer (one stream's real-time factor 0.18
-    # against 0.07: each candidate boundary is a step of Whisper's decoder)
+    # endpoints alone). Cased and punctuated, better read (held-out one-pass WER 38.9% real,
+    # 13.5 / 16.0% synthetic, against the LSTM's 64.9 / 28.8 / 32.2%) but later (word
+    # latency p95 1.4 s against 0.34) and dearer (one stream's real-time factor 0.097
+    # against 0.041: each candidate boundary is a step of Whisper's decoder)
     streaming_decoder: StreamingDecoder = "lstm"
 
     def greedy(self) -> DecodeConfig:

@@ -149,23 +149,29 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
         {"model": "models/default:greedy", "latency_ms": {"median": 180.0, "p95": 340.0}},
         {"model": "models/default:whisper", "latency_ms": {"median": 200.0, "p95": 1500.0}},
     ]
+    capacity = {"finals": "one-pass", "streaming_decoder": "whisper", "phases": {}}
     files = {
         "real.json": real,
         "synthetic.json": splits,
         "latency.json": {"models": rows},
         "rtf.json": {"rtf": 0.25},
+        "steady.json": capacity | {"load": "steady", "capacity": 25},
+        "burst.json": capacity | {"load": "burst", "capacity": 20},
     }
     for name, content in files.items():
         (tmp_path / name).write_text(json.dumps(content))
     flags = ["--spelled-real", "--spelled-synthetic", "--spelled-word-latency", "--spelled-rtf"]
     given = [x for flag, name in zip(flags, files) for x in (flag, str(tmp_path / name))]
+    given += ["--spelled-capacity", str(tmp_path / "steady.json"), str(tmp_path / "burst.json")]
     assert finals_metrics.main([*args, *given]) == 0
     text = readme.read_text()
     assert "unseen voices / short utterances | 50.0% / 20.0% / - / 40.0% |" in text
     assert "the streaming pass by Whisper's decoder | 200 / 1500 ms |" in text
     assert "the streaming pass by Whisper's decoder | 0.250 |" in text
+    assert "same second: the streaming pass by Whisper's decoder | 25 / 20 |" in text
     card = (bundle / "README.md").read_text()
     assert "## The streaming pass by Whisper's decoder" in card and "| 66 | 50.00% |" in card
+    assert "[--steady]`):\n25 / 20." in card
     assert "speller_adapter.safetensors" not in card  # this copy carries no adapters
     files["rtf.json"] = {"rtf": 0.5}
     (tmp_path / "rtf.json").write_text(json.dumps(files["rtf.json"]))
@@ -180,7 +186,7 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
 def test_capacity_of_another_streaming_pass_is_refused(tmp_path: Path) -> None:
     """The capacity rows are the default streaming pass's: bench/load.py's figures for
     --streaming-decoder whisper would overwrite them, so finals_metrics refuses them and
-    keeps the recorded ones."""
+    keeps the recorded ones; --spelled-capacity likewise refuses the default pass's."""
     from training.recipes import finals_metrics
 
     bundle, readme = copied(tmp_path)
@@ -190,4 +196,10 @@ def test_capacity_of_another_streaming_pass_is_refused(tmp_path: Path) -> None:
     args = ["--metrics", str(bundle / "metrics.json"), "--readme", str(readme)]
     with pytest.raises(SystemExit, match="spelled.json: measured with --streaming-decoder"):
         finals_metrics.main([*args, "--capacity", str(tmp_path / "spelled.json")])
+    assert (bundle / "metrics.json").read_text() == before
+    # and the other way round: the LSTM pass's figures are not the spelled pass's
+    lstm = figures | {"streaming_decoder": None, "capacity": 50, "phases": {}}
+    (tmp_path / "lstm.json").write_text(json.dumps(lstm))
+    with pytest.raises(SystemExit, match="lstm.json: not measured with --no-two-pass"):
+        finals_metrics.main([*args, "--spelled-capacity", str(tmp_path / "lstm.json")])
     assert (bundle / "metrics.json").read_text() == before

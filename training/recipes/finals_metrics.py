@@ -32,10 +32,15 @@ and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "w
     python bench/word_latency.py --model models/default:greedy models/default:whisper \\
         --manifest data/live/test_seen_voices.jsonl --json spelled_latency.json
     python bench/streaming.py --streaming-decoder whisper --json spelled_rtf.json
+    python bench/load.py --capacity --no-two-pass --streaming-decoder whisper --steady \\
+        --json spelled_capacity_steady.json
+    python bench/load.py --capacity --no-two-pass --streaming-decoder whisper \\
+        --json spelled_capacity.json
 
     python -m training.recipes.finals_metrics --spelled-real spelled_real.json \\
         --spelled-synthetic spelled_synthetic.json --spelled-word-latency spelled_latency.json \\
-        --spelled-rtf spelled_rtf.json
+        --spelled-rtf spelled_rtf.json \\
+        --spelled-capacity spelled_capacity_steady.json spelled_capacity.json
 """
 
 from __future__ import annotations
@@ -107,8 +112,8 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
 def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str, Any]:
     """The streaming pass spelled by Whisper's decoder: its WER per set (bench/real_speech.py
     run on the bundle alone, one-pass), its word latency (bench/word_latency.py's
-    ``PATH:whisper`` row) and one stream's real-time factor (bench/streaming.py), over
-    those recorded ``before``."""
+    ``PATH:whisper`` row), one stream's real-time factor (bench/streaming.py) and the
+    streams carried (bench/load.py --capacity, per load), over those recorded ``before``."""
     read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
     figures: dict[str, Any] = json.loads(json.dumps(before or {}))
     sets = {}
@@ -125,6 +130,11 @@ def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> d
         figures["word_latency"] = next(m for m in models if m["model"].endswith(":whisper"))
     if args.spelled_rtf:
         figures["rtf"] = read(args.spelled_rtf)["rtf"]
+    for path in args.spelled_capacity or []:
+        result = read(path)
+        if result["streaming_decoder"] != "whisper" or result["finals"] != "one-pass":
+            raise SystemExit(f"{path}: not measured with --no-two-pass --streaming-decoder whisper")
+        figures.setdefault("capacity", {})[result["load"]] = result["capacity"]
     return figures
 
 
@@ -144,10 +154,23 @@ def main(argv: list[str] | None = None) -> int:
         "--spelled-word-latency", type=Path, help=f"bench/word_latency.py --json {spelled}"
     )
     parser.add_argument("--spelled-rtf", type=Path, help=f"bench/streaming.py --json {spelled}")
+    parser.add_argument(
+        "--spelled-capacity",
+        type=Path,
+        nargs="+",
+        help=f"bench/load.py --capacity --json {spelled}",
+    )
     args = parser.parse_args(argv)
+    spelled_given = (
+        args.spelled_real,
+        args.spelled_synthetic,
+        args.spelled_word_latency,
+        args.spelled_rtf,
+        args.spelled_capacity,
+    )
     metrics = json.loads(args.metrics.read_text())
     metrics["whisper_finals"] = gather(args, metrics.get("whisper_finals"))
-    if args.spelled_real or args.spelled_synthetic or args.spelled_word_latency or args.spelled_rtf:
+    if any(spelled_given):
         metrics["whisper_streaming"] = gather_spelled(args, metrics.get("whisper_streaming"))
     bundle = args.metrics.parent
     decode = Config.load(bundle / "config.json").decode

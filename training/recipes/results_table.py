@@ -147,6 +147,14 @@ SPELLED_ROWS: tuple[Row, ...] = (
         "{:.3f}".format,
         "python bench/streaming.py --model {out} --streaming-decoder whisper",
     ),
+    Row(
+        "real-time streams carried (p95 final latency <= 1 s, no errors), users talking on"
+        " / all stopping in the same second: the streaming pass by Whisper's decoder",
+        ("whisper_streaming", "capacity"),
+        streams_carried,
+        "python bench/load.py --capacity --no-two-pass --streaming-decoder whisper --steady;"
+        " the same without --steady",
+    ),
 )
 
 EVAL = "asr eval --model {out} --manifest data/live/test_*.jsonl"
