@@ -256,6 +256,10 @@ class WhisperFinalsConfig(Checked):
     # and the teacher encoding the segment with its fc1 layers in int8
     # (asr.whisper_finals.reduced_teacher); "float32": both in float32
     precision: Literal["float32", "bfloat16"] = "bfloat16"
+    # "digits": numbers as Whisper writes them ("673", "$5", "50%"); "words": spelled as
+    # said ("six hundred seventy three"), its tokens with digits, currency or per cent
+    # signs suppressed, as spoken-form references (TIMIT's, WSJ's) write them
+    numbers: Literal["digits", "words"] = "digits"
 
 
 @dataclass

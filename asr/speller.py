@@ -126,8 +126,7 @@ class SpellerModel:
         self.silence = silence
         size = len(decoder.embed.weight)
         self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
-        self.numerals = torch.zeros(size, dtype=torch.bool)  # SpellerOptions.numbers "words"
-        self.numerals[vocabulary.numeral_tokens()] = True
+        self.numerals = vocabulary.numerals(size)  # suppressed by SpellerOptions.numbers "words"
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
         # with other threads (the finals' own), so each thread keeps its own

@@ -111,6 +111,7 @@ class WhisperFinals:
         self.vocabulary = vocabulary
         size = len(decoder.embed.weight)
         self._suppress, self._suppress_begin = rules.masks(size, vocabulary.text_tokens)
+        self._numerals = vocabulary.numerals(size)  # suppressed with options.numbers "words"
         # the encoded silence of Whisper's window, as it reads past a segment (the streaming
         # speller reads it too, an adapted decoder's memory of the same states): at load,
         # not at a first final
@@ -196,9 +197,12 @@ class WhisperFinals:
         no_speech = logprobs[:, 0, self.vocabulary.no_speech].exp().tolist()
         last = logprobs[:, -1]
         alive = [[_Hypothesis([], 0.0, [row])] for row in scores[:, :, -1]]  # per segment
+        suppress, suppress_begin = self._suppress, self._suppress_begin
+        if options.numbers == "words":
+            suppress, suppress_begin = suppress | self._numerals, suppress_begin | self._numerals
         done: list[list[_Hypothesis]] = [[] for _ in range(count)]
         for step in range(options.max_tokens):
-            last = last.masked_fill(self._suppress_begin if step == 0 else self._suppress, -1e9)
+            last = last.masked_fill(suppress_begin if step == 0 else suppress, -1e9)
             last = last.log_softmax(-1)
             parents: list[int] = []  # the cache row each new live hypothesis goes on from
             flat = 0

@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer
+from torch import Tensor
 
 TOKENIZER_FILE = "whisper_tokenizer.json"
 PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
@@ -52,11 +54,13 @@ class WhisperVocabulary:
         """Tokens below this id are text; from the end token on they are special."""
         return self.end
 
-    def numeral_tokens(self) -> list[int]:
-        """The text tokens that hold a digit or a sign Whisper writes beside numerals
-        (``NUMERALS``): without them, it spells numbers as they are said."""
+    def numerals(self, size: int) -> Tensor:
+        """A mask [size] of the text tokens that hold a digit or a sign Whisper writes
+        beside numerals (``NUMERALS``): with them suppressed, it spells numbers as said."""
         texts = self.tokenizer.decode_batch([[i] for i in range(self.end)])
-        return [i for i, text in enumerate(texts) if NUMERALS.intersection(text)]
+        mask = torch.zeros(size, dtype=torch.bool)
+        mask[[i for i, text in enumerate(texts) if NUMERALS.intersection(text)]] = True
+        return mask
 
     def decode(self, ids: list[int]) -> str:
         """The text of text tokens, without the leading space of its first word."""

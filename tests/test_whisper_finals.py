@@ -32,6 +32,7 @@ from asr.whisper_finals import (
     token_ends,
     whisper_floor,
 )
+from asr.whisper_text import NUMERALS
 from tests.conftest import espeak
 from tests.test_bundled_model import HELDOUT, MODEL, with_three_deviations
 from tests.test_streaming import chunk_sizes, stream
@@ -267,6 +268,24 @@ def test_segments_decoded_together_read_as_each_alone(recognizer: Recognizer) ->
     # begin in lower case, as Whisper writes a sentence it takes for a continuation)
     assert all(f.text[-1] in ".?!" for f in together), together
     assert any(f.text[0].isupper() for f in together), together
+
+
+def test_numbers_words_spells_what_digits_writes_as_numerals(recognizer: Recognizer) -> None:
+    """``numbers`` "words" suppresses the tokens with digits, currency and per cent signs,
+    and Whisper spells the numbers as they were said, as a spoken-form reference writes
+    them; "digits", the default, keeps Whisper's numerals."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    row = rows("test_unseen_voices")[3]
+    assert row["text"] == "one thousand one hundred three pounds and fifty pence"
+    mel = torch.from_numpy(log_mel(audio(row), -7.0))
+    options = recognizer.config.decode.whisper_finals
+    assert options.numbers == "digits"
+    (digits,) = finals.transcribe([mel], options)
+    (words,) = finals.transcribe([mel], dataclasses.replace(options, numbers="words"))
+    assert any(c.isdigit() for c in digits.text), digits.text
+    assert words.text.rstrip(".").lower() == row["text"], words.text
+    assert not NUMERALS.intersection(words.text)
 
 
 def test_window_30_is_whisper_s_own_and_tokens_are_timed_in_the_segment(

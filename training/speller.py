@@ -6,7 +6,9 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
 
 1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
-   finals write it), with each token's end from the alignment heads over the whole memory
+   finals write it, numbers spelled as said, as the speller writes them while its
+   segment is open: a numeral waits for the number's end, a spelled number's words each
+   for their own), with each token's end from the alignment heads over the whole memory
    (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
    r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
@@ -122,8 +124,11 @@ def run(args: argparse.Namespace) -> int:
 # -- grids -------------------------------------------------------------------------------
 
 
+SPELLED = "numbers=words"  # the grids' targets spell numbers (their cache names say so)
+
+
 def grid_name(entry_audio: str, offset: float | None, end: float | None, bundle: Path) -> str:
-    key = json.dumps([entry_audio, offset, end, str(bundle.resolve())])
+    key = json.dumps([entry_audio, offset, end, str(bundle.resolve()), SPELLED])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
@@ -137,7 +142,7 @@ def cache_grids(
     cache.mkdir(parents=True, exist_ok=True)
     paths = [cache / grid_name(e.audio, e.offset, e.end, bundle) for e in entries]
     todo = [(e, p) for e, p in zip(entries, paths) if not p.is_file()]
-    options = WhisperFinalsConfig(beam_size=1, window_s=0.0)  # as the shipped policy learnt
+    options = WhisperFinalsConfig(beam_size=1, window_s=0.0, numbers="words")
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
     for entry, path in tqdm(todo, desc="speller grids", unit="utt"):
