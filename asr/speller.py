@@ -405,10 +405,19 @@ class PolicyEnergy(MonotonicEnergy):
 @dataclass(frozen=True, eq=False)
 class Learnt:
     """The learnt policy: yes where p = sigmoid(energy(s, h)) > ``threshold``, s the
-    decoder's final-layer state read at the boundary, h the student's last state before it."""
+    decoder's final-layer state read at the boundary, h the student's last state before it;
+    and, with ``agreement`` k > 1, also where the decoder has read the same next token at
+    this chunk end and the k - 1 before it, all past the pointer (local agreement, as
+    Polak et al. 2022 let a re-read prefix out once consecutive readings agree): the
+    energy, trained on readings at reference boundaries, can keep saying no to a token
+    the decoder is settled on. On the dev splits k = 2 took the p95 token latency from 0.99
+    to 0.75 s (synthetic) and 1.06 to 0.87 s (real), but lets out more of Whisper's guesses
+    at a segment's start, and served real speech read 1.9 points worse: the bundle's policy
+    does without (the research record)."""
 
     energy: PolicyEnergy
     threshold: float = 0.5
+    agreement: int = 0
     stride: int = CHUNK_STATES
     reads_attention: ClassVar[bool] = False
 
@@ -416,15 +425,26 @@ class Learnt:
         s = next_token.read(boundary).state
         with torch.no_grad():
             e = float(self.energy(s, next_token.states[boundary - 1]))
-        return e > math.log(self.threshold / (1 - self.threshold))
+        return e > math.log(self.threshold / (1 - self.threshold)) or self._agreed(
+            next_token, boundary
+        )
+
+    def _agreed(self, next_token: NextToken, boundary: int) -> bool:
+        first = boundary - (self.agreement - 1) * self.stride
+        if self.agreement < 2 or first <= next_token.pointer:
+            return False
+        token = next_token.read(boundary).token
+        earlier = range(first, boundary, self.stride)
+        return all(next_token.read(b).token == token for b in earlier)
 
     @classmethod
     def load(
         cls, path: Path, threshold: float | None = None, learnt_on: Mapping[str, str] | None = None
     ) -> Learnt:
-        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None);
-        with ``learnt_on`` (a bundle's :func:`learnt_on`), a ValueError unless it was learnt
-        on that student's states and that decoder's readings."""
+        """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None;
+        its agreement, the file's or none); with ``learnt_on`` (a bundle's
+        :func:`learnt_on`), a ValueError unless it was learnt on that student's states and
+        that decoder's readings."""
         meta = metadata_for(path, learnt_on or {}, "asr train-speller")
         energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
         energy.load_state_dict(load_file(str(path)))
@@ -433,7 +453,10 @@ class Learnt:
             threshold = float(meta.get("threshold", 0.5))
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
-        return cls(energy, threshold)
+        agreement = int(meta.get("agreement", 0))
+        if agreement < 0:
+            raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
+        return cls(energy, threshold, agreement)
 
 
 def file_sha1(path: Path) -> str:

@@ -181,6 +181,27 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
     assert spelled["rtf"] == 0.5 and spelled["eval"]["real"]["wer"] == wer(300, 600)
     assert spelled["adapters"] and "low-rank adapters" in (bundle / "README.md").read_text()
     assert spelled["word_latency"]["model"] == "models/default:whisper"
+    # the pass beside its baselines, per set (bench/streaming_speller.py --json)
+    row = {"token_latency_p50_ms": 300.0, "token_latency_p95_ms": 900.0, "within_1s": 0.95}
+    rows = [
+        row | {"system": "ceiling", "wer": 0.1, "rtf": 0.1},
+        row
+        | {"system": "learnt:models/default/p.safetensors (silence, words)", "wer": 0.12}
+        | {"rtf": 0.15},
+        {"system": "lstm greedy", "wer": 0.3, "rtf": 0.05, "token_latency_p50_ms": None}
+        | {"token_latency_p95_ms": None, "within_1s": None},
+    ]
+    manifests = ["data/live/test_seen_voices.jsonl", "/elsewhere/all.jsonl"]
+    baselines = [{"manifest": m, "utterances": 50, "unaligned": 0, "rows": rows} for m in manifests]
+    (tmp_path / "baselines.json").write_text(json.dumps(baselines))
+    assert (
+        finals_metrics.main([*args, "--spelled-baselines", str(tmp_path / "baselines.json")]) == 0
+    )
+    spelled = json.loads((bundle / "metrics.json").read_text())["whisper_streaming"]
+    assert set(spelled["baselines"]) == {"test_seen_voices", "real"} and spelled["rtf"] == 0.5
+    card = (bundle / "README.md").read_text()
+    assert "| learnt | 12.00% | 300 / 900 ms | 95.0% | 0.150 |" in card
+    assert "| lstm greedy | 30.00% | - | - | 0.050 |" in card
 
 
 def test_capacity_of_another_streaming_pass_is_refused(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from asr.frontend import Frontend
 from asr.speller import (
     AtEnd,
     AttentionGuided,
+    Hypothesis,
     Immediate,
     Learnt,
     NextToken,
@@ -227,6 +228,39 @@ class FromState:
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
         return boundary >= self.first
+
+
+def test_agreement_lets_out_what_the_decoder_has_settled_on(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """A learnt policy whose energy always says no streams nothing before the close; with
+    agreement 2 it lets a token out where the decoder read it alike at two chunk ends in a
+    row past the pointer, and only there, so the first tokens come while the audio goes on."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 2)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    energy = PolicyEnergy()
+    with torch.no_grad():
+        energy.r.fill_(-100.0)  # p = 0 everywhere
+    silent, early = spell(model, Learnt(energy), batches)
+    assert silent.tokens and not any(early)
+    agreed, early = spell(model, Learnt(energy, agreement=2), batches)
+    assert early and early[0], agreed.text
+    hyp = Hypothesis(list(model.vocabulary.prompt))
+    reader = Speller(model, AtEnd())
+    reader.accept(np.concatenate(batches[:-1]))
+    early_ones = [
+        (t, b) for t, b, e in zip(agreed.tokens, agreed.hypothesis.boundaries, early) if e
+    ]
+    with torch.inference_mode():
+        for token, boundary in early_ones:  # read alike there and one chunk before
+            assert boundary - 16 > hyp.pointer
+            readings = [reader.read(hyp, b) for b in (boundary - 16, boundary)]
+            assert [r.token for r in readings] == [token, token]
+            for later in range(hyp.pointer + 32, boundary, 16):  # and at no chunk end before
+                pair = [reader.read(hyp, b).token for b in (later - 16, later)]
+                assert pair[0] != pair[1] or pair[1] == model.end
+            hyp.emit(readings[1])
 
 
 @pytest.mark.parametrize(("split", "index"), [("test_seen_voices", 2), ("test_unseen_voices", 3)])

@@ -6,9 +6,7 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
 
 1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
-   finals write it, numbers spelled as said, as the speller writes them while its
-   segment is open: a numeral waits for the number's end, a spelled number's words each
-   for their own), with each token's end from the alignment heads over the whole memory
+   finals write it), with each token's end from the alignment heads over the whole memory
    (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
    r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
@@ -77,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", type=Path, required=True, help="grids, computed once")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--latency-weight", type=float, default=0.5, help="lambda, per second")
+    parser.add_argument(
+        "--agreement",
+        type=int,
+        default=0,
+        help="serving: also let a token out that the decoder read alike at this many chunk "
+        "ends in a row (0: the energy alone)",
+    )
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch", type=int, default=16, help="utterances per step")
@@ -91,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from asr.bundle import load_model
     from training.manifest import read_manifest
 
+    if args.agreement < 0:
+        raise ValueError(f"--agreement must be at least 0, got {args.agreement}")
     entries = []
     for manifest in args.train:
         # the grids read Whisper's own transcript: a clip needs no text
@@ -116,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
             f"at most --max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
         )
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
-    trainer.meta = learnt_on(args.model)
+    trainer.meta = learnt_on(args.model) | {"agreement": str(args.agreement)}
     trainer.fit(args.epochs, resume=args.resume)
     return 0
 
@@ -124,11 +131,8 @@ def run(args: argparse.Namespace) -> int:
 # -- grids -------------------------------------------------------------------------------
 
 
-SPELLED = "numbers=words"  # the grids' targets spell numbers (their cache names say so)
-
-
 def grid_name(entry_audio: str, offset: float | None, end: float | None, bundle: Path) -> str:
-    key = json.dumps([entry_audio, offset, end, str(bundle.resolve()), SPELLED])
+    key = json.dumps([entry_audio, offset, end, str(bundle.resolve())])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
@@ -142,7 +146,7 @@ def cache_grids(
     cache.mkdir(parents=True, exist_ok=True)
     paths = [cache / grid_name(e.audio, e.offset, e.end, bundle) for e in entries]
     todo = [(e, p) for e, p in zip(entries, paths) if not p.is_file()]
-    options = WhisperFinalsConfig(beam_size=1, window_s=0.0, numbers="words")
+    options = WhisperFinalsConfig(beam_size=1, window_s=0.0)  # as the shipped policy learnt
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
     for entry, path in tqdm(todo, desc="speller grids", unit="utt"):

@@ -37,10 +37,15 @@ and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "w
     python bench/load.py --capacity --no-two-pass --streaming-decoder whisper \\
         --json spelled_capacity.json
 
+    python bench/streaming_speller.py --limit 50 --policy attention:24 \\
+        learnt:models/default/speller_policy.safetensors --json spelled_baselines.json \\
+        --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl
+
     python -m training.recipes.finals_metrics --spelled-real spelled_real.json \\
         --spelled-synthetic spelled_synthetic.json --spelled-word-latency spelled_latency.json \\
         --spelled-rtf spelled_rtf.json \\
-        --spelled-capacity spelled_capacity_steady.json spelled_capacity.json
+        --spelled-capacity spelled_capacity_steady.json spelled_capacity.json \\
+        --spelled-baselines spelled_baselines.json
 """
 
 from __future__ import annotations
@@ -112,8 +117,9 @@ def gather(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str,
 def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> dict[str, Any]:
     """The streaming pass spelled by Whisper's decoder: its WER per set (bench/real_speech.py
     run on the bundle alone, one-pass), its word latency (bench/word_latency.py's
-    ``PATH:whisper`` row), one stream's real-time factor (bench/streaming.py) and the
-    streams carried (bench/load.py --capacity, per load), over those recorded ``before``."""
+    ``PATH:whisper`` row), one stream's real-time factor (bench/streaming.py), the streams
+    carried (bench/load.py --capacity, per load) and, per set, the pass beside its
+    baselines (bench/streaming_speller.py), over those recorded ``before``."""
     read = lambda path: json.loads(path.read_text()) if path else None  # noqa: E731
     figures: dict[str, Any] = json.loads(json.dumps(before or {}))
     sets = {}
@@ -130,6 +136,14 @@ def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> d
         figures["word_latency"] = next(m for m in models if m["model"].endswith(":whisper"))
     if args.spelled_rtf:
         figures["rtf"] = read(args.spelled_rtf)["rtf"]
+    for path in args.spelled_baselines or []:  # per set, the systems side by side
+        for result in read(path):
+            name = Path(result["manifest"]).stem
+            name = REAL if name == "all" else name  # bench/real_speech.py --manifests' all
+            figures.setdefault("baselines", {})[name] = {
+                "utterances": result["utterances"],
+                "rows": result["rows"],
+            }
     for path in args.spelled_capacity or []:
         result = read(path)
         if result["streaming_decoder"] != "whisper" or result["finals"] != "one-pass":
@@ -155,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--spelled-rtf", type=Path, help=f"bench/streaming.py --json {spelled}")
     parser.add_argument(
+        "--spelled-baselines",
+        type=Path,
+        nargs="+",
+        help="bench/streaming_speller.py --json: the pass beside its baselines",
+    )
+    parser.add_argument(
         "--spelled-capacity",
         type=Path,
         nargs="+",
@@ -166,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         args.spelled_synthetic,
         args.spelled_word_latency,
         args.spelled_rtf,
+        args.spelled_baselines,
         args.spelled_capacity,
     )
     metrics = json.loads(args.metrics.read_text())

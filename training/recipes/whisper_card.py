@@ -488,6 +488,36 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
             f"One stream's real-time factor on one thread: {spelled['rtf']:.3f} (`python",
             "bench/streaming.py --streaming-decoder whisper`).",
         ]
+    baselines = spelled.get("baselines") or {}
+    if baselines:
+        lines += [
+            "",
+            "Beside its baselines on the same utterances (`python bench/streaming_speller.py",
+            "--limit N --policy attention:24 learnt:models/default/speller_policy.safetensors",
+            "--manifest M`): the ceiling is Whisper's decoder reading the student's whole",
+            "memory, attention:24 Simul-Whisper's training-free rule (wait while the alignment",
+            "heads attend the last 24 states), learnt the pass as served, the LSTM decoder the",
+            "bundle's own streaming pass. Token latency from the word's end; RTF one stream,",
+            "one thread, its encoding included.",
+        ]
+        for name, result in baselines.items():
+            lines += [
+                "",
+                f"{TITLES[name]}, the first {result['utterances']}:",
+                "",
+                "| system | WER | token latency p50 / p95 | by the word's end + 1 s | RTF |",
+                "|---|---|---|---|---|",
+            ]
+            for row in result["rows"]:
+                p50, p95 = row["token_latency_p50_ms"], row["token_latency_p95_ms"]
+                latency = "-" if p50 is None else f"{p50:.0f} / {p95:.0f} ms"
+                within = "-" if row["within_1s"] is None else f"{100 * row['within_1s']:.1f}%"
+                spec = row["system"].split(" (")[0]  # the policy, without its settings
+                system = "learnt" if spec.startswith("learnt:") else spec
+                lines.append(
+                    f"| {system} | {100 * row['wer']:.2f}% | {latency} | {within} "
+                    f"| {row['rtf']:.3f} |"
+                )
     if spelled.get("capacity"):
         lines += [
             "",
