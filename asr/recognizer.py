@@ -83,10 +83,12 @@ class Recognizer:
         final_window: float | None = None,
         final_beam_max: float | None = None,
         streaming_decoder: StreamingDecoder | None = None,
+        final_numbers: str | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
-        end-of-stream silence, the beam, window and beam's longest segment of Whisper's
-        finals and what writes the streaming pass (None keeps them), checking each."""
+        end-of-stream silence, the beam, window, beam's longest segment and numbers of
+        Whisper's finals and what writes the streaming pass (None keeps them), checking
+        each."""
         assert self.frontend is not None
         decode = self.config.decode
         if streaming_decoder is not None:
@@ -107,6 +109,11 @@ class Recognizer:
             if not 0 <= final_window <= 30:
                 raise ValueError(f"--final-window must be 0 to 30 seconds, got {final_window}")
             decode.whisper_finals = replace(decode.whisper_finals, window_s=final_window)
+        if final_numbers is not None:
+            if final_numbers not in ("digits", "words"):
+                raise ValueError(f"--final-numbers must be digits or words, got {final_numbers!r}")
+            numbers = typing.cast(typing.Literal["digits", "words"], final_numbers)
+            decode.whisper_finals = replace(decode.whisper_finals, numbers=numbers)
         if final_beam_max is not None:
             if final_beam_max < 0:
                 raise ValueError(f"--final-beam-max must be at least 0 s, got {final_beam_max}")
@@ -266,6 +273,7 @@ class Recognizer:
             args.final_window,
             args.final_beam_max,
             args.streaming_decoder,
+            args.final_numbers,
         )
 
 
@@ -280,7 +288,7 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight, --two-pass, --final-beam, --final-beam-max, --final-window,
-    --streaming-decoder, --ctc-weight and --end-pad, the search
+    --final-numbers, --streaming-decoder, --ctc-weight and --end-pad, the search
     settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -320,6 +328,13 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         help="a two-pass segment shorter than this is encoded with Whisper's padding up to "
         "it, 0 to 30 s: longer reads better and costs more (default: the bundle's "
         "decode.whisper_finals.window_s)",
+    )
+    parser.add_argument(
+        "--final-numbers",
+        choices=["digits", "words"],
+        help='two-pass finals write numbers as Whisper does (digits: "673") or spelled as '
+        'said (words: "six hundred seventy three"), as spoken-form references such as '
+        "TIMIT's and WSJ's are (default: the bundle's decode.whisper_finals.numbers)",
     )
     parser.add_argument(
         "--streaming-decoder",

@@ -270,22 +270,22 @@ def test_segments_decoded_together_read_as_each_alone(recognizer: Recognizer) ->
     assert any(f.text[0].isupper() for f in together), together
 
 
-def test_numbers_words_spells_what_digits_writes_as_numerals(recognizer: Recognizer) -> None:
-    """``numbers`` "words" suppresses the tokens with digits, currency and per cent signs,
-    and Whisper spells the numbers as they were said, as a spoken-form reference writes
-    them; "digits", the default, keeps Whisper's numerals."""
-    finals = recognizer.whisper_finals()
-    assert finals is not None
+def test_numbers_words_spells_what_digits_writes_as_numerals() -> None:
+    """`asr transcribe --two-pass --final-numbers words` (``decode.whisper_finals.numbers``)
+    suppresses the tokens with digits, currency and per cent signs, and Whisper spells the
+    numbers as they were said, as a spoken-form reference writes them; "digits", the
+    bundle's default, keeps Whisper's numerals."""
     row = rows("test_unseen_voices")[3]
     assert row["text"] == "one thousand one hundred three pounds and fifty pence"
-    mel = torch.from_numpy(log_mel(audio(row), -7.0))
-    options = recognizer.config.decode.whisper_finals
-    assert options.numbers == "digits"
-    (digits,) = finals.transcribe([mel], options)
-    (words,) = finals.transcribe([mel], dataclasses.replace(options, numbers="words"))
-    assert any(c.isdigit() for c in digits.text), digits.text
-    assert words.text.rstrip(".").lower() == row["text"], words.text
-    assert not NUMERALS.intersection(words.text)
+    texts = {}
+    for numbers in ([], ["--final-numbers", "words"]):
+        command = [sys.executable, "-m", "asr.cli", "transcribe", "--model", str(MODEL)]
+        command += ["--two-pass", "--final-beam", "1", *numbers, str(HELDOUT / row["audio"])]
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        texts[bool(numbers)] = done.stdout.split("\t", 1)[1].strip()
+    assert NUMERALS.intersection(texts[False]), texts
+    assert texts[True].rstrip(".").lower() == row["text"], texts
+    assert not NUMERALS.intersection(texts[True])
 
 
 def test_window_30_is_whisper_s_own_and_tokens_are_timed_in_the_segment(
