@@ -40,12 +40,15 @@ and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "w
     python bench/streaming_speller.py --limit 50 --policy attention:24 \\
         learnt:models/default/speller_policy.safetensors --json spelled_baselines.json \\
         --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl
+    python bench/streaming_speller.py --limit 50 --policy attention:24 \\
+        learnt:models/default/speller_policy.safetensors --json spelled_baselines_real.json \\
+        --manifest REAL/all.jsonl  # REAL: bench/real_speech.py --manifests REAL, outside
 
     python -m training.recipes.finals_metrics --spelled-real spelled_real.json \\
         --spelled-synthetic spelled_synthetic.json --spelled-word-latency spelled_latency.json \\
         --spelled-rtf spelled_rtf.json \\
         --spelled-capacity spelled_capacity_steady.json spelled_capacity.json \\
-        --spelled-baselines spelled_baselines.json
+        --spelled-baselines spelled_baselines.json spelled_baselines_real.json
 """
 
 from __future__ import annotations

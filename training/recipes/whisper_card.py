@@ -496,9 +496,11 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
             "--limit N --policy attention:24 learnt:models/default/speller_policy.safetensors",
             "--manifest M`): the ceiling is Whisper's decoder reading the student's whole",
             "memory, attention:24 Simul-Whisper's training-free rule (wait while the alignment",
-            "heads attend the last 24 states), learnt the pass as served, the LSTM decoder the",
-            "bundle's own streaming pass. Token latency from the word's end; RTF one stream,",
-            "one thread, its encoding included.",
+            "heads attend the last 24 states), learnt the bundle's policy, the LSTM decoder",
+            "the bundle's own streaming pass. The benchmark reads the audio in 30 s windows,",
+            "each one segment, without a session's endpoints (the figures above are the",
+            "served pass's). Token latency from the word's end; RTF one stream, one thread,",
+            "its encoding included.",
         ]
         for name, result in baselines.items():
             lines += [
