@@ -26,6 +26,8 @@ AttentionKind = Literal["monotonic", "softmax", "chunkwise"]
 # what writes the streaming pass's text (partials and one-pass finals): the model's own LSTM
 # decoder, or Whisper's decoder under the bundle's learnt monotonic policy (asr.speller)
 StreamingDecoder = Literal["lstm", "whisper"]
+# how Whisper's decoder writes numbers: its numerals ("673"), or spelled as said
+Numbers = Literal["digits", "words"]
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,7 @@ class WhisperFinalsConfig(Checked):
     # "digits": numbers as Whisper writes them ("673", "$5", "50%"); "words": spelled as
     # said ("six hundred seventy three"), its tokens with digits, currency or per cent
     # signs suppressed, as spoken-form references (TIMIT's, WSJ's) write them
-    numbers: Literal["digits", "words"] = "digits"
+    numbers: Numbers = "digits"
 
 
 @dataclass

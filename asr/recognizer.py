@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asr.config import Config, SessionOptions, StreamingDecoder
+from asr.config import Config, Numbers, SessionOptions, StreamingDecoder
 from asr.ctc_prefix import check_weight
 from asr.events import Event
 from asr.formats import plain_text
@@ -83,7 +83,7 @@ class Recognizer:
         final_window: float | None = None,
         final_beam_max: float | None = None,
         streaming_decoder: StreamingDecoder | None = None,
-        final_numbers: str | None = None,
+        final_numbers: Numbers | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
         end-of-stream silence, the beam, window, beam's longest segment and numbers of
@@ -110,10 +110,9 @@ class Recognizer:
                 raise ValueError(f"--final-window must be 0 to 30 seconds, got {final_window}")
             decode.whisper_finals = replace(decode.whisper_finals, window_s=final_window)
         if final_numbers is not None:
-            if final_numbers not in ("digits", "words"):
+            if final_numbers not in typing.get_args(Numbers):
                 raise ValueError(f"--final-numbers must be digits or words, got {final_numbers!r}")
-            numbers = typing.cast(typing.Literal["digits", "words"], final_numbers)
-            decode.whisper_finals = replace(decode.whisper_finals, numbers=numbers)
+            decode.whisper_finals = replace(decode.whisper_finals, numbers=final_numbers)
         if final_beam_max is not None:
             if final_beam_max < 0:
                 raise ValueError(f"--final-beam-max must be at least 0 s, got {final_beam_max}")
@@ -331,7 +330,7 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
     )
     parser.add_argument(
         "--final-numbers",
-        choices=["digits", "words"],
+        choices=typing.get_args(Numbers),
         help='two-pass finals write numbers as Whisper does (digits: "673") or spelled as '
         'said (words: "six hundred seventy three"), as spoken-form references such as '
         "TIMIT's and WSJ's are (default: the bundle's decode.whisper_finals.numbers)",

@@ -52,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ from torch import Tensor, nn
 
 from asr.adapters import apply_adapter_weights
 from asr.attention import MonotonicEnergy
+from asr.config import Numbers
 from asr.frontend import BUNDLE_ENCODER_FILE
 from asr.whisper_decoder import (
     LINEARS,
@@ -98,12 +100,12 @@ class SpellerOptions:
     # decoder, tuned on its own numerals, would end the text rather than spell them).
     # "digits": Whisper's numerals ("673") throughout, which it writes only once the whole
     # number has been heard (research record: WER and word latency p95 on the dev splits)
-    numbers: Literal["words", "digits"] = "words"
+    numbers: Numbers = "words"
 
     def __post_init__(self) -> None:
         if self.beyond not in ("silence", "mask"):
             raise ValueError(f"beyond must be 'silence' or 'mask', got {self.beyond!r}")
-        if self.numbers not in ("words", "digits"):
+        if self.numbers not in typing.get_args(Numbers):
             raise ValueError(f"numbers must be 'words' or 'digits', got {self.numbers!r}")
         if not 1 <= self.max_tokens <= 224:
             raise ValueError(f"max_tokens must be 1 to 224, got {self.max_tokens}")

@@ -297,7 +297,6 @@ class WhisperFinals:
 
 
 @torch.no_grad()
-@torch.no_grad()
 def silent_states(teacher: WhisperEncoder) -> Tensor:
     """``teacher``'s states [1, 1500, d] of a silent 30 s window (what a memory that stops
     early is followed by; training through the decoder's cross-attention reads them)."""

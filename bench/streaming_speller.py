@@ -41,6 +41,7 @@ import difflib
 import json
 import sys
 import time
+import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -52,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr.bundle import load_model  # noqa: E402
-from asr.config import SessionOptions  # noqa: E402
+from asr.config import Numbers, SessionOptions  # noqa: E402
 from asr.recognizer import Recognizer  # noqa: E402
 from asr.speller import (  # noqa: E402
     AtEnd,
@@ -300,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--numbers",
         nargs="+",
-        choices=["words", "digits"],
+        choices=typing.get_args(Numbers),
         default=["words"],
         help="numbers spelled as said, or in Whisper's numerals",
     )
