@@ -84,11 +84,12 @@ class Recognizer:
         final_beam_max: float | None = None,
         streaming_decoder: StreamingDecoder | None = None,
         final_numbers: Numbers | None = None,
+        speller_beam: int | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
         end-of-stream silence, the beam, window, beam's longest segment and numbers of
-        Whisper's finals and what writes the streaming pass (None keeps them), checking
-        each."""
+        Whisper's finals, what writes the streaming pass and the beam of Whisper's streaming
+        decoder (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if streaming_decoder is not None:
@@ -102,6 +103,8 @@ class Recognizer:
             decode.two_pass = two_pass
         if beam is not None:
             decode.beam_size = check_beam(beam)
+        if speller_beam is not None:
+            decode.speller_beam = check_beam(speller_beam, "--speller-beam")
         if final_beam is not None:
             check_beam(final_beam, "--final-beam")
             decode.whisper_finals = replace(decode.whisper_finals, beam_size=final_beam)
@@ -273,6 +276,7 @@ class Recognizer:
             args.final_beam_max,
             args.streaming_decoder,
             args.final_numbers,
+            args.speller_beam,
         )
 
 
@@ -287,7 +291,7 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight, --two-pass, --final-beam, --final-beam-max, --final-window,
-    --final-numbers, --streaming-decoder, --ctc-weight and --end-pad, the search
+    --final-numbers, --streaming-decoder, --speller-beam, --ctc-weight and --end-pad, the search
     settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
@@ -341,6 +345,12 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         help="what writes partials and one-pass finals: the model's LSTM decoder, or "
         "Whisper's decoder under the bundle's learnt monotonic policy (cased and better "
         "read, later and dearer; default: the bundle's decode.streaming_decoder)",
+    )
+    parser.add_argument(
+        "--speller-beam",
+        type=int,
+        help="beam of Whisper's streaming decoder, each hypothesis with its own pointer, 1: "
+        "greedy (default: the bundle's decode.speller_beam)",
     )
     parser.add_argument(
         "--ctc-weight",

@@ -20,21 +20,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from asr.speller import Policy, Speller, SpellerModel
+from asr.speller import Policy, Speller, SpellerModel, SpellerOptions
 
 
 class SpelledPass:
     """One stream's segments spelled by Whisper's decoder; states counted in the streaming
     student's states from the stream's start (``per_state`` of them make one LAS state)."""
 
-    def __init__(self, model: SpellerModel, policy: Policy, per_state: int) -> None:
+    def __init__(
+        self, model: SpellerModel, policy: Policy, per_state: int, options: SpellerOptions
+    ) -> None:
         self.model = model
         self.policy = policy
+        self.options = options
         self.per_state = per_state
         self._unread = torch.zeros(0, 0)  # states not given to the speller yet
         self._first_unread = 0  # the index of its first row
         self._start = 0  # where the open segment begins
-        self._speller = Speller(model, policy)
+        self._speller = Speller(model, policy, options)
         self.heard = False  # whether the first pass heard words in the open segment
 
     @property
@@ -50,7 +53,7 @@ class SpelledPass:
     @property
     def boundaries(self) -> list[int]:
         """Each token's boundary: the states (from the stream's start) it was read from."""
-        return [self._start + b for b in self._speller.hypothesis.boundaries]
+        return [self._start + b for b in self._speller.boundaries]
 
     def add(self, states: np.ndarray | Tensor) -> None:
         """The student's next states [n, d] of the stream, in order."""
@@ -77,7 +80,7 @@ class SpelledPass:
         self.heard = False
         tokens, boundaries = self.tokens, self.boundaries
         self._start = las_state * self.per_state
-        self._speller = Speller(self.model, self.policy)
+        self._speller = Speller(self.model, self.policy, self.options)
         return tokens, boundaries
 
     def text(self, tokens: list[int]) -> str:

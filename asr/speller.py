@@ -6,7 +6,7 @@ one segment:
 
 - the memory: every layer's cross-attention keys and values of each state, computed once
   when the state arrives and kept for the segment (:class:`GrowingMemory`);
-- per hypothesis (:class:`Hypothesis`; greedy has one, a beam would hold several): the
+- per hypothesis (:class:`Hypothesis`; greedy has one, a beam several): the
   tokens emitted so far, each with its *boundary* (the states it was read from), the
   *pointer* (the last token's boundary), how far the scan for the next token has gone,
   and the decoder's self-attention keys and values of every position fed so far.
@@ -76,7 +76,7 @@ from asr.whisper_decoder import (
     load_decoder,
     loop_start,
 )
-from asr.whisper_finals import LOOP_SPAN
+from asr.whisper_finals import LOOP_SPAN, Extension, extend_beam
 from asr.whisper_text import WhisperVocabulary
 
 CHUNK_STATES = 16  # the streaming student's chunk: states arrive 16 at a time (320 ms)
@@ -101,6 +101,10 @@ class SpellerOptions:
     # "digits": Whisper's numerals ("673") throughout, which it writes only once the whole
     # number has been heard (research record: WER and word latency p95 on the dev splits)
     numbers: Numbers = "words"
+    # hypotheses of the beam, each with its own pointer (1: greedy). Its tokens are let
+    # out once every hypothesis holds them, and each costs a step of the decoder at each
+    # of its candidate boundaries (research record: WER and latency on the dev splits)
+    beam: int = 1
 
     def __post_init__(self) -> None:
         if self.beyond not in ("silence", "mask"):
@@ -109,6 +113,8 @@ class SpellerOptions:
             raise ValueError(f"numbers must be 'words' or 'digits', got {self.numbers!r}")
         if not 1 <= self.max_tokens <= 224:
             raise ValueError(f"max_tokens must be 1 to 224, got {self.max_tokens}")
+        if self.beam < 1:
+            raise ValueError(f"a speller's beam must be at least 1, got {self.beam}")
 
 
 class SpellerModel:
@@ -277,14 +283,18 @@ class Emission:
 
 @dataclass
 class Hypothesis:
-    """One hypothesis of a segment: its tokens and their boundaries, the positions still to
-    feed the decoder (the prompt, then the last token), how far the scan for the next token
-    has gone, and the decoder's self-attention keys and values of the positions fed."""
+    """One hypothesis of a segment: its tokens and their boundaries, their summed
+    log-probability, the positions still to feed the decoder (the prompt, then the last
+    token), how far the scan for the next token has gone and the reading it found there,
+    and the decoder's self-attention keys and values of the positions fed."""
 
     pending: list[int]
     tokens: list[int] = field(default_factory=list)
     boundaries: list[int] = field(default_factory=list)
+    logprob: float = 0.0
     scanned: int = 0  # candidate boundaries up to this one said no for the next token
+    # the reading the next token will come from, found while the rest of the beam waits
+    ready: Reading | None = None
     past: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     done: bool = False
 
@@ -293,12 +303,23 @@ class Hypothesis:
         """The last token's boundary (0 before the first)."""
         return self.boundaries[-1] if self.boundaries else 0
 
-    def emit(self, reading: Reading) -> None:
-        self.tokens.append(reading.token)
-        self.boundaries.append(reading.boundary)
-        self.past = reading.cache.past
-        self.pending = [reading.token]
-        self.scanned = reading.boundary - 1  # the next token may come from the same boundary
+    def then(self, reading: Reading, token: int, logprob: float) -> Hypothesis:
+        """This hypothesis with ``token`` read at ``reading``'s boundary (summed log-prob
+        ``logprob``); the next token may come from the same boundary."""
+        return Hypothesis(
+            [token],
+            [*self.tokens, token],
+            [*self.boundaries, reading.boundary],
+            logprob,
+            reading.boundary - 1,
+            past=reading.cache.past,
+        )
+
+    def ended(self, tokens: list[int], logprob: float) -> Hypothesis:
+        """The hypothesis that ends with ``tokens``, a prefix of this one's (all of them
+        where the end came next, those before a loop's repeats where one did)."""
+        boundaries = self.boundaries[: len(tokens)]
+        return Hypothesis([], tokens, boundaries, logprob, done=True)
 
 
 class NextToken:
@@ -529,7 +550,18 @@ def bundle_policy(bundle: Path) -> Learnt:
 
 
 class Speller:
-    """One segment's streaming reading by Whisper's decoder (greedy: one hypothesis)."""
+    """One segment's streaming reading by Whisper's decoder: a beam of
+    :attr:`SpellerOptions.beam` hypotheses (1: greedy), each with its own pointer.
+
+    The beam goes on a token once every hypothesis has found its next token's boundary
+    among the states so far (blockwise synchronous beam search, Tsunoo et al. 2021: one
+    that has not waits for more states, and the beam with it); each hypothesis is read at
+    its own boundary, and the best ``beam`` of their likeliest tokens go on. What is shown
+    is the best hypothesis, which a beam may replace (its tokens every hypothesis holds
+    can no longer change; waiting for those showed words a second later on the dev
+    splits); at the close the beam reads the whole memory to the end of text, and the
+    best hypothesis, by log-probability per token as Whisper ranks its own, is the
+    segment's text."""
 
     def __init__(
         self, model: SpellerModel, policy: Policy, options: SpellerOptions | None = None
@@ -544,7 +576,8 @@ class Speller:
         if self.options.numbers == "words":
             self._open_masks = tuple(m | model.numerals for m in self._open_masks)
         self._states: list[Tensor] = []
-        self.hypothesis = Hypothesis(list(model.vocabulary.prompt))
+        self.beam = [Hypothesis(list(model.vocabulary.prompt))]  # best first
+        self._shown: list[int] = []  # the tokens of the best hypothesis last let out
         self.closed = False
 
     @property
@@ -554,8 +587,19 @@ class Speller:
         return self._states[0] if self._states else torch.zeros(0, 512)
 
     @property
+    def hypothesis(self) -> Hypothesis:
+        """The best hypothesis so far (after the close, the segment's)."""
+        return self.beam[0]
+
+    @property
     def tokens(self) -> list[int]:
+        """The best hypothesis's tokens (after the close, the segment's)."""
         return self.hypothesis.tokens
+
+    @property
+    def boundaries(self) -> list[int]:
+        """Each of :attr:`tokens`' boundary: the states it was read from."""
+        return self.hypothesis.boundaries
 
     @property
     def text(self) -> str:
@@ -563,33 +607,43 @@ class Speller:
 
     @torch.inference_mode()
     def accept(self, states: Tensor | np.ndarray) -> list[Emission]:
-        """Add encoder states [n, d] of the segment; the tokens the policy lets out now."""
+        """Add encoder states [n, d] of the segment; the tokens the policy lets out now (with
+        a beam, they may replace the last ones let out: :meth:`_let_out`)."""
         if self.closed:
             raise ValueError("accept() after finish()")
         self._add(states)
-        return self._scan(self.hypothesis)
+        while not self.hypothesis.done:
+            readings = []
+            for hyp in self.beam:
+                hyp.ready = hyp.ready or self._scan(hyp)
+                if hyp.ready is None:  # it waits for more states, and the beam with it
+                    return self._let_out()
+                readings.append(hyp.ready)
+            self.beam = self._step(readings, None)
+        return self._let_out()
 
     @torch.inference_mode()
     def finish(self, states: Tensor | np.ndarray | None = None) -> list[Emission]:
         """Close the segment, with its last states if any: every token still to come, read
-        from the whole memory, until the end of text."""
+        from the whole memory, until the end of text (or a loop, whose repeats are cut)."""
         if self.closed:
             raise ValueError("finish() called twice")
         if states is not None:
             self._add(states)
         self.closed = True
-        hyp = self.hypothesis
-        emitted: list[Emission] = []
-        while not hyp.done and self.memory.length:
-            reading = self.read(hyp, self.memory.length)
-            if not self._may_say(hyp, reading):  # the end, or a loop: the segment ends
-                loop = loop_start([*hyp.tokens, reading.token], shortest_span=LOOP_SPAN)
-                if loop is not None:  # the final keeps the text before the repeats
-                    del hyp.tokens[loop:], hyp.boundaries[loop:]
-                break
-            emitted += self._emit(hyp, reading)
-        hyp.done = True
-        return emitted
+        ended = [hyp for hyp in self.beam if hyp.done]
+        if self.memory.length and not ended:
+            while self.beam:
+                readings = [self.read(hyp, self.memory.length) for hyp in self.beam]
+                ends: list[Extension] = []
+                parents = self.beam
+                self.beam = self._step(readings, ends, len(ended))
+                ended += [parents[e.parent].ended(e.tokens, e.logprob) for e in ends]
+                ended += [hyp for hyp in self.beam if hyp.done]
+                self.beam = [hyp for hyp in self.beam if not hyp.done]
+        if ended:
+            self.beam = [max(ended, key=lambda h: h.logprob / max(len(h.tokens), 1))]
+        return self._let_out()
 
     def _add(self, states: Tensor | np.ndarray) -> None:
         states = torch.as_tensor(states, dtype=torch.float32)
@@ -597,23 +651,50 @@ class Speller:
             self._states.append(states)
             self.memory.add(states)
 
-    def _scan(self, hyp: Hypothesis) -> list[Emission]:
-        """Emit every token the policy lets out from the states so far."""
-        emitted: list[Emission] = []
+    def _scan(self, hyp: Hypothesis) -> Reading | None:
+        """The reading ``hyp``'s next token comes from: at the first candidate boundary,
+        from where its last scan stopped, where the policy says yes and the decoder's
+        likeliest token may be said; None while there is none among the states so far."""
         stride = self.policy.stride
-        while not hyp.done:
-            view = NextToken(self, hyp)
-            first = (hyp.scanned // stride + 1) * stride
-            reading = None
-            for boundary in range(first, self.memory.length + 1, stride):
-                hyp.scanned = boundary
-                if self.policy.emits(view, boundary) and self._may_say(hyp, view.read(boundary)):
-                    reading = view.read(boundary)
-                    break
-            if reading is None:
-                return emitted
-            emitted += self._emit(hyp, reading)
-        return emitted
+        view = NextToken(self, hyp)
+        first = (hyp.scanned // stride + 1) * stride
+        for boundary in range(first, self.memory.length + 1, stride):
+            hyp.scanned = boundary
+            if self.policy.emits(view, boundary) and self._may_say(hyp, view.read(boundary)):
+                return view.read(boundary)
+        return None
+
+    def _step(
+        self, readings: list[Reading], ends: list[Extension] | None, ended: int = 0
+    ) -> list[Hypothesis]:
+        """The beam after one token, each hypothesis's read at its ``readings``' boundary
+        (:func:`~asr.whisper_finals.extend_beam`: with ``ends``, at the close, those that
+        end go there, ``ended`` having ended before)."""
+        beam = self.beam
+        scores = torch.stack([reading.logprobs for reading in readings])
+        prefixes = [hyp.tokens for hyp in beam]
+        summed = [hyp.logprob for hyp in beam]
+        chosen = extend_beam(
+            prefixes, summed, scores, self.options.beam, self.model.end, ends, ended
+        )
+        after = []
+        for c in chosen:
+            hyp = beam[c.parent].then(readings[c.parent], c.tokens[-1], c.logprob)
+            hyp.done = len(hyp.tokens) >= self.options.max_tokens
+            after.append(hyp)
+        return after
+
+    def _let_out(self) -> list[Emission]:
+        """The best hypothesis's tokens not shown before: those after the tokens it shares
+        with the best hypothesis last shown (with a beam, a new best may replace some)."""
+        best, shown = self.hypothesis, self._shown
+        same = next(
+            (i for i, (a, b) in enumerate(zip(best.tokens, shown)) if a != b),
+            min(len(best.tokens), len(shown)),
+        )
+        self._shown = best.tokens
+        new = zip(best.tokens[same:], best.boundaries[same:])
+        return [Emission(token, boundary) for token, boundary in new]
 
     def _may_say(self, hyp: Hypothesis, reading: Reading) -> bool:
         """Whether an open segment may let ``reading``'s token out: not the end (the memory
@@ -622,11 +703,6 @@ class Speller:
         if reading.token == self.model.end:
             return False
         return loop_start([*hyp.tokens, reading.token], shortest_span=LOOP_SPAN) is None
-
-    def _emit(self, hyp: Hypothesis, reading: Reading) -> list[Emission]:
-        hyp.emit(reading)
-        hyp.done = len(hyp.tokens) >= self.options.max_tokens
-        return [Emission(reading.token, reading.boundary)]
 
     def read(self, hyp: Hypothesis, boundary: int) -> Reading:
         """The decoder's reading of ``hyp``'s next token from the memory up to ``boundary``."""

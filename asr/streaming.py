@@ -26,7 +26,7 @@ from asr.frontend import Frontend, PauseRestart, frames_of_each
 from asr.lm import TokenLM
 from asr.model import Seq2Seq
 from asr.spelled_pass import SpelledPass
-from asr.speller import Policy, SpellerModel
+from asr.speller import Policy, SpellerModel, SpellerOptions
 from asr.tokenizer import Tokenizer
 from asr.whisper_encoder import WhisperEncoder
 from asr.whisper_finals import FinalText, WhisperFinals
@@ -250,7 +250,8 @@ class StreamingSession:
                     "policy (the bundle's speller_policy.safetensors)"
                 )
             check_whisper_window(decode, "Whisper's streaming decoder's segments")
-            self._spelled = SpelledPass(*speller, self._frames_per_state)
+            options = SpellerOptions(beam=decode.speller_beam)
+            self._spelled = SpelledPass(*speller, self._frames_per_state, options)
         self.state_seconds = self._frames_per_state * frontend.frame_seconds
         self._silent_states = 0
         self._segment = 0

@@ -33,6 +33,7 @@ alignment heads, aligned to the segment's states by dynamic time warping.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numba
@@ -74,6 +75,61 @@ class FinalText:
     avg_logprob: float
     no_speech_prob: float
     fallback: bool = False
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A hypothesis a beam step makes: its parent's index among the step's hypotheses, its
+    tokens (the parent's and one more; those before a loop's repeats where it ended in
+    one) and their summed log-probability."""
+
+    parent: int
+    tokens: list[int]
+    logprob: float
+
+
+def extend_beam(
+    prefixes: Sequence[list[int]],
+    logprobs: Sequence[float],
+    scores: Tensor,
+    beam: int,
+    end: int,
+    ended: list[Extension] | None,
+    ended_before: int = 0,
+) -> list[Extension]:
+    """One step of a beam of Whisper's decoder: the ``beam`` best hypotheses that go on,
+    from hypotheses with ``prefixes`` (their summed ``logprobs``) and each one's next-token
+    log-probabilities ``scores`` [len(prefixes), vocab], best first.
+
+    With ``ended`` (a segment read whole), a candidate that is the end token, or that makes
+    its text a loop (the text before the repeats kept), ends its hypothesis there, into
+    ``ended``; the beam stops (nothing goes on) once ``beam`` hypotheses have ended, this
+    step's and the ``ended_before`` (Whisper's patience 1). Without (a segment still open,
+    :class:`~asr.speller.Speller`), such a candidate is passed over: the memory so far says
+    nothing more there, and the hypothesis waits for more."""
+    top = scores.topk(beam + 1 if beam > 1 else 1, dim=-1)
+    candidates = [
+        (logprobs[parent] + value, parent, token)
+        for parent in range(len(prefixes))
+        for value, token in zip(top.values[parent].tolist(), top.indices[parent].tolist())
+    ]
+    candidates.sort(key=lambda c: -c[0])
+    chosen: list[Extension] = []
+    count = ended_before
+    for logprob, parent, token in candidates:
+        if len(chosen) == beam or count >= beam:
+            break
+        tokens = [*prefixes[parent], token]
+        start = None if token == end else loop_start(tokens, shortest_span=LOOP_SPAN)
+        if token == end or start is not None:
+            if ended is not None:
+                ended.append(
+                    Extension(parent, tokens[:-1] if start is None else tokens[:start], logprob)
+                )
+                count += 1
+            continue
+        chosen.append(Extension(parent, tokens, logprob))
+    return [] if count >= beam else chosen
 
 
 @dataclass
@@ -239,34 +295,26 @@ class WhisperFinals:
         done: list[_Hypothesis],
     ) -> list[tuple[_Hypothesis, int]]:
         """The next live hypotheses of one segment (each with its parent's index among
-        ``hyps``); those that end go to ``done``. With a beam, a segment stops once
-        ``beam`` hypotheses have ended (Whisper's patience 1)."""
-        if not hyps:
-            return []
-        end = self.vocabulary.end
-        top = scores.topk(beam + 1 if beam > 1 else 1, dim=-1)
-        candidates = []
-        for parent, hyp in enumerate(hyps):
-            for value, token in zip(top.values[parent].tolist(), top.indices[parent].tolist()):
-                candidates.append((hyp.logprob + value, parent, token))
-        candidates.sort(key=lambda c: -c[0])
-        chosen: list[tuple[_Hypothesis, int]] = []
-        for logprob, parent, token in candidates:
-            if len(chosen) == beam or len(done) >= beam:
-                break
-            read = hyps[parent].alignment
-            if token == end:
-                done.append(_Hypothesis(hyps[parent].tokens, logprob, read))
-                continue
-            tokens = [*hyps[parent].tokens, token]
-            start = loop_start(tokens, shortest_span=LOOP_SPAN)
-            if start is not None:  # a loop: keep the text before its repeats, and end it
-                done.append(_Hypothesis(tokens[:start], logprob, read[: start + 1]))
-                continue
-            chosen.append((_Hypothesis(tokens, logprob, list(read)), parent))
-        if len(done) >= beam:
-            return []
-        return chosen
+        ``hyps``); those that end go to ``done``, each with its parent's alignment up to the
+        query that predicted its end."""
+        ended: list[Extension] = []
+        chosen = extend_beam(
+            [h.tokens for h in hyps],
+            [h.logprob for h in hyps],
+            scores,
+            beam,
+            self.vocabulary.end,
+            ended,
+            len(done),
+        )
+        for e in ended:
+            done.append(
+                _Hypothesis(e.tokens, e.logprob, hyps[e.parent].alignment[: len(e.tokens) + 1])
+            )
+        return [
+            (_Hypothesis(c.tokens, c.logprob, list(hyps[c.parent].alignment)), c.parent)
+            for c in chosen
+        ]
 
     # -- checks and times -------------------------------------------------------------
     def _final(

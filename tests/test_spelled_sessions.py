@@ -92,6 +92,25 @@ def test_streaming_equals_offline(
     assert early and early[0].token_times[0] < first_final_end - 1.0
 
 
+def test_a_beam_spells_sessions_as_it_does_offline(
+    two_sentences: tuple[np.ndarray, list[str]],
+) -> None:
+    """With decode.speller_beam 3 (`--speller-beam 3`), a session in random chunks gives the
+    finals of offline transcription, with partials before each, and a beam below 1 is
+    refused by name."""
+    beam = load_model(MODEL)
+    beam.set_search(1, 0.0, two_pass=False, streaming_decoder="whisper", speller_beam=3)
+    samples = two_sentences[0]
+    offline = beam.transcribe_segments(samples, RATE)
+    events = stream(beam, samples, RATE, chunk_sizes("random", RATE, len(samples)))
+    assert finals(events) == finals(offline) and len(offline) == 2
+    for segment in (0, 1):
+        kinds = [e.final for e in events if e.segment == segment]
+        assert kinds[-1] and not any(kinds[:-1]) and len(kinds) >= 2
+    with pytest.raises(ValueError, match="--speller-beam must be >= 1"):
+        beam.set_search(speller_beam=0)
+
+
 def test_two_pass_finals_stay_whisper_finals_over_the_spelled_pass(
     recognizer: Recognizer, two_sentences: tuple[np.ndarray, list[str]]
 ) -> None:

@@ -106,7 +106,7 @@ def test_streaming_equals_offline(
     online, early = spell(model, policy, streamed, beyond)
     offline, _ = spell(model, policy, [np.concatenate(whole[:-1]), whole[-1]], beyond)
     assert online.tokens == offline.tokens and len(online.tokens) > 3
-    assert online.hypothesis.boundaries == offline.hypothesis.boundaries
+    assert online.boundaries == offline.boundaries
     assert any(early)
 
 
@@ -122,11 +122,7 @@ def test_at_end_reads_the_whole_memory_as_the_ceiling_does(
     batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
     speller, early = spell(model, AtEnd(), batches)
     states = torch.from_numpy(np.concatenate(batches))
-    padded = torch.zeros(1, STATES_PER_WINDOW, states.shape[1])
-    padded[0, : len(states)] = states
-    memory = WhisperTextDecoder.cut(
-        model.decoder.memory(padded), model.silence, torch.tensor([len(states)])
-    )
+    memory = whole_memory(model, states)
     ceiling: list[int] = []  # Whisper's greedy under its token rules, each step from scratch
     with torch.inference_mode():
         while len(ceiling) < 100:
@@ -137,7 +133,93 @@ def test_at_end_reads_the_whole_memory_as_the_ceiling_does(
                 break
             ceiling.append(best)
     assert speller.tokens == ceiling and not any(early)
-    assert set(speller.hypothesis.boundaries) == {len(states)}
+    assert set(speller.boundaries) == {len(states)}
+
+
+def whole_memory(model: SpellerModel, states: torch.Tensor) -> list:
+    """Whisper's window of ``states``: theirs, then the teacher's encoded silence."""
+    padded = torch.zeros(1, STATES_PER_WINDOW, states.shape[1])
+    padded[0, : len(states)] = states
+    return WhisperTextDecoder.cut(
+        model.decoder.memory(padded), model.silence, torch.tensor([len(states)])
+    )
+
+
+def reference_beam(model: SpellerModel, memory: list, beam: int) -> tuple[list[int], float]:
+    """Beam search of Whisper's decoder over a whole memory, each hypothesis read from
+    scratch at every step: the ``beam`` likeliest of each live one's ``beam`` + 1 likeliest
+    tokens go on, until ``beam`` have ended; the best by log-probability per token."""
+    alive: list[tuple[list[int], float]] = [([], 0.0)]
+    ended: list[tuple[list[int], float]] = []
+    with torch.inference_mode():
+        while alive and len(ended) < beam:
+            candidates = []
+            for tokens, summed in alive:
+                sequence = torch.tensor([[*model.vocabulary.prompt, *tokens]])
+                logits = model.decoder(sequence, memory)[0, -1]
+                suppress = model.suppress if tokens else model.suppress_begin
+                logprobs = logits.log_softmax(-1).masked_fill(suppress, -torch.inf)
+                top = logprobs.topk(beam + 1)
+                for value, token in zip(top.values.tolist(), top.indices.tolist()):
+                    candidates.append((summed + value, tokens, token))
+            candidates.sort(key=lambda c: -c[0])
+            alive = []
+            for summed, tokens, token in candidates:
+                if len(alive) == beam or len(ended) >= beam:
+                    break
+                if token == model.end:
+                    ended.append((tokens, summed))
+                else:
+                    alive.append(([*tokens, token], summed))
+    return max(ended, key=lambda e: e[1] / max(len(e[0]), 1))
+
+
+def test_a_beam_at_the_close_is_whispers_beam_over_the_whole_memory(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """With the only-at-the-end policy, a beam of 3 says nothing before the close, then the
+    text and log-probability of a beam search that reads each hypothesis from scratch over
+    the whole memory: "zero two six two seven two" where greedy reads "026272."."""
+    frontend, model = bundle
+    samples, _ = heldout("test_unseen_voices", 9)
+    batches = arrivals(frontend, samples, chunk_sizes("1s", RATE, len(samples)))
+    speller = Speller(model, AtEnd(), SpellerOptions(beam=3))
+    assert not [e for batch in batches[:-1] for e in speller.accept(batch)]
+    speller.finish(batches[-1])
+    states = torch.from_numpy(np.concatenate(batches))
+    tokens, summed = reference_beam(model, whole_memory(model, states), 3)
+    assert speller.tokens == tokens
+    assert speller.hypothesis.logprob == pytest.approx(summed, abs=1e-3)
+    greedy, _ = spell(model, AtEnd(), batches)
+    assert greedy.tokens != tokens
+
+
+@pytest.mark.parametrize("chunking", ["10ms", "1s"])
+def test_a_beam_streams_as_it_decodes_offline_each_hypothesis_with_its_pointer(
+    bundle: tuple[Frontend, SpellerModel], chunking: str
+) -> None:
+    """A beam of 3 under the attention-guided policy: its hypotheses hold pointers of their
+    own; what it lets out before the audio ends is each time the end of its best
+    hypothesis; streamed in any chunking it emits the tokens, at the boundaries, of a beam
+    fed every state at once."""
+    frontend, model = bundle
+    samples, _ = heldout("test_unseen_voices", 10)
+    streamed = arrivals(frontend, samples, chunk_sizes(chunking, RATE, len(samples)))
+    speller = Speller(model, AttentionGuided(8), SpellerOptions(beam=3))
+    shown_early = pointers_differ = False
+    for batch in streamed[:-1]:
+        said = [emission.token for emission in speller.accept(batch)]
+        if said:
+            assert speller.tokens[len(speller.tokens) - len(said) :] == said
+            shown_early = True
+        pointers_differ |= len({hyp.pointer for hyp in speller.beam}) > 1
+    speller.finish(streamed[-1])
+    assert pointers_differ and shown_early
+    whole = arrivals(frontend, samples, [len(samples)])
+    offline = Speller(model, AttentionGuided(8), SpellerOptions(beam=3))
+    offline.accept(np.concatenate(whole[:-1]))
+    offline.finish(whole[-1])
+    assert speller.tokens == offline.tokens and speller.boundaries == offline.boundaries
 
 
 def test_numbers_are_spelled_while_the_segment_is_open(
@@ -191,7 +273,7 @@ def test_immediate_emits_at_the_first_boundary_unless_the_decoder_would_end(
     batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
     policy = Asked()
     speller, _ = spell(model, policy, batches)
-    boundaries = speller.hypothesis.boundaries
+    boundaries = speller.boundaries
     assert boundaries[0] == 16
     waited = [i for i, asks in policy.asked.items() if len(asks) > 1]
     assert waited, "the decoder never wanted the end before the close"
@@ -249,9 +331,7 @@ def test_agreement_lets_out_what_the_decoder_has_settled_on(
     hyp = Hypothesis(list(model.vocabulary.prompt))
     reader = Speller(model, AtEnd())
     reader.accept(np.concatenate(batches[:-1]))
-    early_ones = [
-        (t, b) for t, b, e in zip(agreed.tokens, agreed.hypothesis.boundaries, early) if e
-    ]
+    early_ones = [(t, b) for t, b, e in zip(agreed.tokens, agreed.boundaries, early) if e]
     with torch.inference_mode():
         for token, boundary in early_ones:  # read alike there and one chunk before
             assert boundary - 16 > hyp.pointer
@@ -260,7 +340,7 @@ def test_agreement_lets_out_what_the_decoder_has_settled_on(
             for later in range(hyp.pointer + 32, boundary, 16):  # and at no chunk end before
                 pair = [reader.read(hyp, b).token for b in (later - 16, later)]
                 assert pair[0] != pair[1] or pair[1] == model.end
-            hyp.emit(readings[1])
+            hyp = hyp.then(readings[1], token, 0.0)
 
 
 @pytest.mark.parametrize(("split", "index"), [("test_seen_voices", 2), ("test_unseen_voices", 3)])
@@ -275,8 +355,8 @@ def test_first_tokens_come_before_the_audio_ends(
     speller, early = spell(model, AttentionGuided(8), batches)
     assert early and early[0], speller.text
     late, _ = spell(model, FromState(48), batches)
-    assert min(late.hypothesis.boundaries) >= 48
-    assert late.hypothesis.boundaries == sorted(late.hypothesis.boundaries)
+    assert min(late.boundaries) >= 48
+    assert late.boundaries == sorted(late.boundaries)
 
 
 def reference_loss(energy, logp, late, tokens, bounds, weight):  # noqa: ANN001, ANN201
@@ -343,9 +423,7 @@ def test_the_grid_is_what_the_speller_reads(bundle: tuple[Frontend, SpellerModel
                 reading = speller.read(hyp, bounds[j])
                 got = float(reading.logprobs[token])
                 assert got == pytest.approx(float(g["logp"][i, j]), abs=1e-4)
-            reading = speller.read(hyp, int(g["refs"][i]))
-            reading.token = token
-            hyp.emit(reading)
+            hyp = hyp.then(speller.read(hyp, int(g["refs"][i])), token, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -396,7 +474,7 @@ def test_a_learnt_policy_streams_as_it_decodes_offline(
     online, early = spell(model, tiny_policy, streamed)
     offline, _ = spell(model, tiny_policy, [np.concatenate(whole[:-1]), whole[-1]])
     assert online.tokens == offline.tokens and len(online.tokens) > 3
-    assert online.hypothesis.boundaries == offline.hypothesis.boundaries
+    assert online.boundaries == offline.boundaries
     assert early and early[0], "the first token waited for the close"
 
 
