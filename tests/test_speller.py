@@ -42,6 +42,7 @@ from training.speller import (
     expected_boundary_loss,
     grid,
     load_grid,
+    policy_boundaries,
 )
 
 RATE = 16000
@@ -403,16 +404,26 @@ def test_expected_boundary_loss_matches_a_float64_reference() -> None:
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
-def test_the_grid_is_what_the_speller_reads(bundle: tuple[Frontend, SpellerModel]) -> None:
+@pytest.mark.parametrize("prefix", ["reference", "on-policy"])
+def test_the_grid_is_what_the_speller_reads(
+    bundle: tuple[Frontend, SpellerModel], prefix: str
+) -> None:
     """A grid's log P(y_i | b_j) is the speller's reading of token i at b_j once tokens
-    before it were emitted at their reference boundaries."""
+    before it were emitted at their reference boundaries, or, on-policy, where a policy
+    (here: nothing before 48 states, then at once) let each out, teacher-forced."""
     frontend, model = bundle
     samples, _ = heldout("test_seen_voices", 0)
     states = torch.from_numpy(np.concatenate(arrivals(frontend, samples, [len(samples)])))
     whole = Speller(model, AtEnd())
     whole.finish(states)
     sentence = whole.tokens[:4]  # targets: the speller's own reading of the whole memory
-    g = grid(model, states, sentence, [16, 20, 40, 70], len(samples) / RATE)
+    ends = [16, 20, 40, 70]
+    refs = None
+    if prefix == "on-policy":
+        refs = policy_boundaries(model, FromState(48), states, sentence)
+        assert refs == [48] * 4
+    g = grid(model, states, sentence, ends, len(samples) / RATE, refs)
+    assert g["refs"].tolist() == (refs or [16, 32, 48, 80])
     bounds = boundaries_of(len(states))
     speller = Speller(model, AtEnd())
     speller.accept(states)
@@ -504,7 +515,8 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
 def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001
     """`asr train-speller` reads Whisper's own transcript of each clip, so unlabelled audio
     (most of the real English) trains the policy: two clips without text give two grids and
-    a policy file."""
+    a policy file; with --prefix-policy, two more read where that policy let the tokens
+    out, and a policy learnt on another student is refused."""
     import argparse
 
     from asr.speller import POLICY_FILE
@@ -527,3 +539,17 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     assert run(args) == 0
     assert len(list((tmp_path / "grids").glob("*.npz"))) == 2
     assert (tmp_path / "out" / POLICY_FILE).is_file()
+    # on-policy: the bundle's policy lets the tokens out, two more grids beside the two
+    args.prefix_policy, args.out = MODEL / POLICY_FILE, tmp_path / "dagger"
+    assert run(args) == 0
+    assert (tmp_path / "dagger" / POLICY_FILE).is_file()
+    read = {}  # per clip's transcript, its grids' boundaries of the earlier tokens
+    for path in (tmp_path / "grids").glob("*.npz"):
+        with np.load(path) as g:
+            read.setdefault(tuple(g["tokens"].tolist()), []).append(tuple(g["refs"].tolist()))
+    assert sorted(map(len, read.values())) == [2, 2]  # each clip: reference and on-policy
+    assert any(a != b for a, b in read.values())
+    args.prefix_policy = tmp_path / "out" / POLICY_FILE  # learnt without the bundle's names
+    PolicyEnergy().save(args.prefix_policy, meta={"student_sha1": "another"})
+    with pytest.raises(ValueError, match="another streaming student"):
+        run(args)

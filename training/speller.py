@@ -13,7 +13,11 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    and boundary b_j: the decoder's final-layer state s(i, j) at the position that predicts
    y_i and log P(y_i | y_<i, memory < b_j), the earlier positions read at their own
    reference boundaries (as the speller keeps them: each position read at the boundary of
-   the token it predicted, the prompt at the first token's).
+   the token it predicted, the prompt at the first token's). With ``--prefix-policy``
+   (DAgger, Ross et al. 2011), each clip also gets a grid whose earlier positions are read
+   where that policy, teacher-forced, let their tokens out (``policy_boundaries``): as the
+   speller serving it reads them, often several tokens at one boundary, which reference
+   boundaries (one per word end) never show the energy.
 2. The energy (:class:`asr.speller.PolicyEnergy`, eq. 16, r from -4, unit pre-sigmoid
    noise) on the cached grids: p(i, j) = sigmoid(energy(s(i, j), h(b_j))), p at the close
    forced to 1, alpha(i, j) by the exact scan of ``asr.attention``, and per token
@@ -52,9 +56,16 @@ from asr.frontend import STATE_SECONDS
 from asr.speller import (
     CHUNK_STATES,
     POLICY_FILE,
+    AtEnd,
+    Hypothesis,
+    Learnt,
+    NextToken,
+    Policy,
     PolicyEnergy,
+    Speller,
     SpellerModel,
     bundle_adapter,
+    file_sha1,
     learnt_on,
 )
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
@@ -81,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="serving: also let a token out that the decoder read alike at this many chunk "
         "ends in a row (0: the energy alone)",
+    )
+    parser.add_argument(
+        "--prefix-policy",
+        type=Path,
+        help="a policy file (the bundle's, say): also train on grids whose earlier tokens are "
+        "read where it lets them out, teacher-forced, as the speller reads them when it "
+        "serves (DAgger), beside the grids read at reference boundaries",
     )
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -114,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
         *recognizer.whisper_files, silent_states(finals.teacher), bundle_adapter(args.model)
     )
     paths = cache_grids(entries, recognizer, model, args.cache, args.model)
+    if args.prefix_policy is not None:
+        prefix = Learnt.load(args.prefix_policy, learnt_on=learnt_on(args.model))
+        key = file_sha1(args.prefix_policy)
+        paths += cache_grids(entries, recognizer, model, args.cache, args.model, (prefix, key))
     if args.grids_only:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
@@ -131,25 +153,37 @@ def run(args: argparse.Namespace) -> int:
 # -- grids -------------------------------------------------------------------------------
 
 
-def grid_name(entry_audio: str, offset: float | None, end: float | None, bundle: Path) -> str:
-    key = json.dumps([entry_audio, offset, end, str(bundle.resolve())])
+def grid_name(
+    entry_audio: str, offset: float | None, end: float | None, bundle: Path, prefix: str = ""
+) -> str:
+    fields: list[object] = [entry_audio, offset, end, str(bundle.resolve())]
+    key = json.dumps(fields + [prefix] if prefix else fields)
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
 def cache_grids(
-    entries: list[Entry], recognizer: Recognizer, model: SpellerModel, cache: Path, bundle: Path
+    entries: list[Entry],
+    recognizer: Recognizer,
+    model: SpellerModel,
+    cache: Path,
+    bundle: Path,
+    prefix: tuple[Policy, str] | None = None,
 ) -> list[Path]:
-    """Each entry's grid (an empty file: no sure transcript), computed where missing."""
+    """Each entry's grid (an empty file: no sure transcript), computed where missing; with
+    ``prefix`` (a policy and its file's hash), its earlier tokens read where that policy
+    lets them out (:func:`policy_boundaries`), not at reference boundaries."""
     from asr.config import WhisperFinalsConfig
     from training.dataset import entry_audio
 
     cache.mkdir(parents=True, exist_ok=True)
-    paths = [cache / grid_name(e.audio, e.offset, e.end, bundle) for e in entries]
+    key = "" if prefix is None else prefix[1]
+    paths = [cache / grid_name(e.audio, e.offset, e.end, bundle, key) for e in entries]
     todo = [(e, p) for e, p in zip(entries, paths) if not p.is_file()]
     options = WhisperFinalsConfig(beam_size=1, window_s=0.0)  # as the shipped policy learnt
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
-    for entry, path in tqdm(todo, desc="speller grids", unit="utt"):
+    desc = "speller grids" if prefix is None else "speller grids (on-policy)"
+    for entry, path in tqdm(todo, desc=desc, unit="utt"):
         try:
             samples = entry_audio(entry, SAMPLE_RATE)
         except ValueError as err:
@@ -159,17 +193,41 @@ def cache_grids(
         if len(samples) > SAMPLE_RATE // 4:
             stream = recognizer.frontend.stream()
             stream.keep = True  # the log-mel frames, for the teacher's transcript
-            states = np.concatenate([stream.accept(samples), stream.finish()])
+            states = torch.from_numpy(np.concatenate([stream.accept(samples), stream.finish()]))
             mel = stream.mel_between(0, 1 << 30)
             text = finals.transcribe([mel], options)[0]
             if text.tokens and not text.fallback and len(states) >= 2:
                 duration = len(samples) / SAMPLE_RATE
-                fields = grid(model, torch.from_numpy(states), text.tokens, text.ends, duration)
+                refs = None
+                if prefix is not None:
+                    refs = policy_boundaries(model, prefix[0], states, text.tokens)
+                fields = grid(model, states, text.tokens, text.ends, duration, refs)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.savez(f, **fields)
         os.replace(tmp, path)
     return paths
+
+
+@torch.inference_mode()
+def policy_boundaries(
+    model: SpellerModel, policy: Policy, states: Tensor, tokens: list[int]
+) -> list[int]:
+    """Where ``policy`` lets each of ``tokens`` out, teacher-forced: as the speller scans,
+    each token at the first candidate boundary from the previous one's at which the policy
+    says yes (the close if none), read there whatever the decoder's likeliest token."""
+    reader = Speller(model, AtEnd())  # the memory of every state, nothing said
+    reader.accept(states)
+    bounds = boundaries_of(len(states))
+    hyp = Hypothesis(list(model.vocabulary.prompt))
+    out = []
+    for token in tokens:
+        view = NextToken(reader, hyp)
+        asked = (b for b in bounds if b >= hyp.pointer and policy.emits(view, b))
+        boundary = next(asked, bounds[-1])
+        hyp = hyp.then(view.read(boundary), token, 0.0)
+        out.append(boundary)
+    return out
 
 
 def boundaries_of(length: int) -> list[int]:
@@ -189,12 +247,19 @@ def word_ends(pieces: list[str], ends: list[int]) -> list[int]:
 
 @torch.inference_mode()
 def grid(
-    model: SpellerModel, states: Tensor, tokens: list[int], ends: list[int], duration: float
+    model: SpellerModel,
+    states: Tensor,
+    tokens: list[int],
+    ends: list[int],
+    duration: float,
+    refs: list[int] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One utterance's grid (the module's docstring, stage 1) as arrays to save."""
+    """One utterance's grid (the module's docstring, stage 1) as arrays to save; ``refs``:
+    the boundaries its earlier tokens are read at (default: the reference boundaries)."""
     length = len(states)
     bounds = boundaries_of(length)
-    refs = [next(b for b in bounds if b >= min(max(e, 1), length)) for e in ends]
+    if refs is None:
+        refs = [next(b for b in bounds if b >= min(max(e, 1), length)) for e in ends]
     s, logp = decoder_grid(model, states, tokens, refs, bounds)
     times = [b * STATE_SECONDS for b in bounds[:-1]] + [duration]
     ends_s = np.asarray(word_ends(model.vocabulary.pieces(tokens), ends)) * STATE_SECONDS
