@@ -436,21 +436,32 @@ class Learnt:
     the decoder is settled on. On the dev splits k = 2 took the p95 token latency from 0.99
     to 0.75 s (synthetic) and 1.06 to 0.87 s (real), but lets out more of Whisper's guesses
     at a segment's start, and served real speech read 1.9 points worse: the bundle's policy
-    does without (the research record)."""
+    does without (the research record). With ``confidence`` c > 0, also where the decoder's
+    likeliest token has probability at least c: past a word's end the energy mostly holds
+    back tokens the decoder already reads (the research record's waits)."""
 
     energy: PolicyEnergy
     threshold: float = 0.5
     agreement: int = 0
+    # also yes where the decoder's likeliest token has at least this probability (0: off)
+    confidence: float = 0.0
     stride: int = CHUNK_STATES
     reads_attention: ClassVar[bool] = False
 
     def emits(self, next_token: NextToken, boundary: int) -> bool:
-        s = next_token.read(boundary).state
+        reading = next_token.read(boundary)
         with torch.no_grad():
-            e = float(self.energy(s, next_token.states[boundary - 1]))
-        return e > math.log(self.threshold / (1 - self.threshold)) or self._agreed(
-            next_token, boundary
+            e = float(self.energy(reading.state, next_token.states[boundary - 1]))
+        return (
+            e > math.log(self.threshold / (1 - self.threshold))
+            or self._sure(reading)
+            or self._agreed(next_token, boundary)
         )
+
+    def _sure(self, reading: Reading) -> bool:
+        if not self.confidence:
+            return False
+        return float(reading.logprobs[reading.token]) >= math.log(self.confidence)
 
     def _agreed(self, next_token: NextToken, boundary: int) -> bool:
         first = boundary - (self.agreement - 1) * self.stride
@@ -479,7 +490,15 @@ class Learnt:
         agreement = int(meta.get("agreement", 0))
         if agreement < 0:
             raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
-        return cls(energy, threshold, agreement)
+        confidence = check_confidence(float(meta.get("confidence", 0)))
+        return cls(energy, threshold, agreement, confidence)
+
+
+def check_confidence(confidence: float) -> float:
+    """A learnt policy's confidence, 0 (off) or a probability below 1."""
+    if not 0 <= confidence < 1:
+        raise ValueError(f"a policy's confidence must be 0 (off) or in (0, 1), got {confidence}")
+    return confidence
 
 
 def file_sha1(path: Path) -> str:

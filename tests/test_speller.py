@@ -344,6 +344,37 @@ def test_agreement_lets_out_what_the_decoder_has_settled_on(
             hyp = hyp.then(readings[1], token, 0.0)
 
 
+def test_confidence_lets_out_what_the_decoder_is_sure_of(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """A learnt policy whose energy always says no, with confidence 0.9, lets a token out
+    before the close exactly at the first chunk end from the pointer where the adapted
+    decoder's likeliest token has probability 0.9 or more (and may be said), so the first
+    tokens come while the audio goes on."""
+    frontend, _ = bundle
+    model, _ = load_model(MODEL).speller()
+    samples, _ = heldout("test_seen_voices", 2)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    energy = PolicyEnergy()
+    with torch.no_grad():
+        energy.r.fill_(-100.0)  # p = 0 everywhere
+    sure, early = spell(model, Learnt(energy, confidence=0.9), batches)
+    assert early and early[0], sure.text
+    reader = Speller(model, AtEnd())
+    reader.accept(np.concatenate(batches[:-1]))
+    hyp = Hypothesis(list(model.vocabulary.prompt))
+    with torch.inference_mode():
+        for token, boundary, before in zip(sure.tokens, sure.boundaries, early):
+            if not before:
+                break
+            for b in range(-(-max(hyp.pointer, 1) // 16) * 16, boundary + 1, 16):
+                reading = reader.read(hyp, b)
+                said = reading.token != model.end
+                assert (b == boundary) == (said and reading.logprobs.max().exp() >= 0.9)
+            assert reader.read(hyp, boundary).token == token
+            hyp = hyp.then(reader.read(hyp, boundary), token, 0.0)
+
+
 @pytest.mark.parametrize(("split", "index"), [("test_seen_voices", 2), ("test_unseen_voices", 3)])
 def test_first_tokens_come_before_the_audio_ends(
     bundle: tuple[Frontend, SpellerModel], split: str, index: int
@@ -504,12 +535,16 @@ def test_a_memory_cut_mid_word_does_not_end_the_sentence(
 
 def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
     energy = PolicyEnergy(8, 6, 4)
-    energy.save(tmp_path / "p.safetensors", threshold=0.7)
+    energy.save(tmp_path / "p.safetensors", threshold=0.7, meta={"confidence": "0.9"})
     loaded = Learnt.load(tmp_path / "p.safetensors")
     assert loaded.threshold == 0.7 and math.isclose(float(loaded.energy.r.detach()), -4.0)
+    assert loaded.confidence == 0.9 and loaded.agreement == 0
     s, h = torch.randn(8), torch.randn(6)
     with torch.no_grad():
         assert float(loaded.energy(s, h)) == pytest.approx(float(energy(s, h)))
+    energy.save(tmp_path / "sure.safetensors", meta={"confidence": "1"})
+    with pytest.raises(ValueError, match="confidence must be 0 .off. or in .0, 1."):
+        Learnt.load(tmp_path / "sure.safetensors")
 
 
 def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001

@@ -65,6 +65,7 @@ from asr.speller import (
     Speller,
     SpellerModel,
     bundle_adapter,
+    check_confidence,
     file_sha1,
     learnt_on,
 )
@@ -94,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ends in a row (0: the energy alone)",
     )
     parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.0,
+        help="serving: also let a token out where the decoder's likeliest token has at least "
+        "this probability (0: the energy alone)",
+    )
+    parser.add_argument(
         "--prefix-policy",
         type=Path,
         help="a policy file (the bundle's, say): also train on grids whose earlier tokens are "
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.agreement < 0:
         raise ValueError(f"--agreement must be at least 0, got {args.agreement}")
+    check_confidence(args.confidence)
     entries = []
     for manifest in args.train:
         # the grids read Whisper's own transcript: a clip needs no text
@@ -145,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
             f"at most --max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
         )
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
-    trainer.meta = learnt_on(args.model) | {"agreement": str(args.agreement)}
+    trainer.meta = learnt_on(args.model) | {
+        "agreement": str(args.agreement),
+        "confidence": str(args.confidence),
+    }
     trainer.fit(args.epochs, resume=args.resume)
     return 0
 
