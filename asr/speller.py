@@ -438,7 +438,9 @@ class Learnt:
     at a segment's start, and served real speech read 1.9 points worse: the bundle's policy
     does without (the research record). With ``confidence`` c > 0, also where the decoder's
     likeliest token has probability at least c: past a word's end the energy mostly holds
-    back tokens the decoder already reads (the research record's waits)."""
+    back tokens the decoder already reads (the research record's waits); at 0.9 it took
+    the dev splits' p95 down by 0.2 s but not the held-out one's, and read held-out sets
+    worse: the bundle's policy does without."""
 
     energy: PolicyEnergy
     threshold: float = 0.5
