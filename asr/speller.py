@@ -101,9 +101,9 @@ class SpellerOptions:
     # "digits": Whisper's numerals ("673") throughout, which it writes only once the whole
     # number has been heard (research record: WER and word latency p95 on the dev splits)
     numbers: Numbers = "words"
-    # hypotheses of the beam, each with its own pointer (1: greedy). Its tokens are let
-    # out once every hypothesis holds them, and each costs a step of the decoder at each
-    # of its candidate boundaries (research record: WER and latency on the dev splits)
+    # hypotheses of the beam, each with its own pointer (1: greedy); the best one is shown,
+    # and each costs a step of the decoder at each of its candidate boundaries (research
+    # record: WER, word latency and cost on the dev splits)
     beam: int = 1
 
     def __post_init__(self) -> None:
@@ -688,7 +688,7 @@ class Speller:
     def _step(
         self, readings: list[Reading], ends: list[Extension] | None, ended: int = 0
     ) -> list[Hypothesis]:
-        """The beam after one token, each hypothesis's read at its ``readings``' boundary
+        """The beam after one token, each hypothesis read at its ``readings``' boundary
         (:func:`~asr.whisper_finals.extend_beam`: with ``ends``, at the close, those that
         end go there, ``ended`` having ended before)."""
         beam = self.beam
