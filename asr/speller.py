@@ -478,7 +478,7 @@ class Learnt:
         cls, path: Path, threshold: float | None = None, learnt_on: Mapping[str, str] | None = None
     ) -> Learnt:
         """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None;
-        its agreement, the file's or none); with ``learnt_on`` (a bundle's
+        its agreement and confidence, the file's or none); with ``learnt_on`` (a bundle's
         :func:`learnt_on`), a ValueError unless it was learnt on that student's states and
         that decoder's readings."""
         meta = metadata_for(path, learnt_on or {}, "asr train-speller")
@@ -489,11 +489,16 @@ class Learnt:
             threshold = float(meta.get("threshold", 0.5))
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
-        agreement = int(meta.get("agreement", 0))
-        if agreement < 0:
-            raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
+        agreement = check_agreement(int(meta.get("agreement", 0)))
         confidence = check_confidence(float(meta.get("confidence", 0)))
         return cls(energy, threshold, agreement, confidence)
+
+
+def check_agreement(agreement: int) -> int:
+    """A learnt policy's agreement, 0 (off) or the chunk ends in a row that must agree."""
+    if agreement < 0:
+        raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
+    return agreement
 
 
 def check_confidence(confidence: float) -> float:

@@ -65,6 +65,7 @@ from asr.speller import (
     Speller,
     SpellerModel,
     bundle_adapter,
+    check_agreement,
     check_confidence,
     file_sha1,
     learnt_on,
@@ -122,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from asr.bundle import load_model
     from training.manifest import read_manifest
 
-    if args.agreement < 0:
-        raise ValueError(f"--agreement must be at least 0, got {args.agreement}")
+    check_agreement(args.agreement)
     check_confidence(args.confidence)
     entries = []
     for manifest in args.train:
