@@ -140,11 +140,11 @@ def run(args: argparse.Namespace) -> int:
     model = SpellerModel.load(
         *recognizer.whisper_files, silent_states(finals.teacher), bundle_adapter(args.model)
     )
-    paths = cache_grids(entries, recognizer, model, args.cache, args.model)
+    prefix = None
     if args.prefix_policy is not None:
-        prefix = Learnt.load(args.prefix_policy, learnt_on=learnt_on(args.model))
-        key = file_sha1(args.prefix_policy)
-        paths += cache_grids(entries, recognizer, model, args.cache, args.model, (prefix, key))
+        policy = Learnt.load(args.prefix_policy, learnt_on=learnt_on(args.model))
+        prefix = (policy, file_sha1(args.prefix_policy))
+    paths = cache_grids(entries, recognizer, model, args.cache, args.model, prefix)
     if args.grids_only:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
@@ -182,43 +182,52 @@ def cache_grids(
     prefix: tuple[Policy, str] | None = None,
 ) -> list[Path]:
     """Each entry's grid (an empty file: no sure transcript), computed where missing; with
-    ``prefix`` (a policy and its file's hash), its earlier tokens read where that policy
-    lets them out (:func:`policy_boundaries`), not at reference boundaries."""
+    ``prefix`` (a policy and its file's hash), each entry's on-policy grid too, its earlier
+    tokens read where that policy lets them out (:func:`policy_boundaries`): both from one
+    pass of the student and one teacher's transcript per clip."""
     from asr.config import WhisperFinalsConfig
     from training.dataset import entry_audio
 
     cache.mkdir(parents=True, exist_ok=True)
-    key = "" if prefix is None else prefix[1]
-    paths = [cache / grid_name(e.audio, e.offset, e.end, bundle, key) for e in entries]
-    todo = [(e, p) for e, p in zip(entries, paths) if not p.is_file()]
+    kinds = [None] if prefix is None else [None, prefix]  # reference, then on-policy
+    keys = ["" if kind is None else kind[1] for kind in kinds]
+    paths = [
+        [cache / grid_name(e.audio, e.offset, e.end, bundle, k) for k in keys] for e in entries
+    ]
+    todo = [(e, ps) for e, ps in zip(entries, paths) if not all(p.is_file() for p in ps)]
     options = WhisperFinalsConfig(beam_size=1, window_s=0.0)  # as the shipped policy learnt
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
-    desc = "speller grids" if prefix is None else "speller grids (on-policy)"
-    for entry, path in tqdm(todo, desc=desc, unit="utt"):
+    for entry, clip_paths in tqdm(todo, desc="speller grids", unit="utt"):
         try:
             samples = entry_audio(entry, SAMPLE_RATE)
         except ValueError as err:
             tqdm.write(f"skipping {entry.id}: {err}")
             samples = np.zeros(0, np.float32)
-        fields = {}
+        text = None
         if len(samples) > SAMPLE_RATE // 4:
             stream = recognizer.frontend.stream()
             stream.keep = True  # the log-mel frames, for the teacher's transcript
             states = torch.from_numpy(np.concatenate([stream.accept(samples), stream.finish()]))
             mel = stream.mel_between(0, 1 << 30)
             text = finals.transcribe([mel], options)[0]
-            if text.tokens and not text.fallback and len(states) >= 2:
+            if not text.tokens or text.fallback or len(states) < 2:
+                text = None
+        for kind, path in zip(kinds, clip_paths):
+            if path.is_file():
+                continue
+            fields = {}
+            if text is not None:
                 duration = len(samples) / SAMPLE_RATE
                 refs = None
-                if prefix is not None:
-                    refs = policy_boundaries(model, prefix[0], states, text.tokens)
+                if kind is not None:
+                    refs = policy_boundaries(model, kind[0], states, text.tokens)
                 fields = grid(model, states, text.tokens, text.ends, duration, refs)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.savez(f, **fields)
-        os.replace(tmp, path)
-    return paths
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                np.savez(f, **fields)
+            os.replace(tmp, path)
+    return [path for clip_paths in paths for path in clip_paths]
 
 
 @torch.inference_mode()
