@@ -44,11 +44,14 @@ import pickle
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm import tqdm
 
@@ -57,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 from asr.attention import MonotonicEnergy, soft_monotonic_alignment  # noqa: E402
 from asr.bundle import load_model  # noqa: E402
+from asr.speller import CHUNK_STATES, NextToken, metadata_for  # noqa: E402
 from asr.whisper_decoder import WhisperTextDecoder, loop_start  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
 from bench.decoder_ceiling import Encode, WhisperDecoder, encoders, wer  # noqa: E402
@@ -187,6 +191,7 @@ class Policy(nn.Module):
     def __init__(self, embeddings: Tensor, units: int = 256, dim: int = 128) -> None:
         super().__init__()
         width = embeddings.shape[1]
+        self.units, self.dim = units, dim
         self.embed = nn.Embedding.from_pretrained(embeddings, freeze=True)
         self.listen = nn.LSTM(STRIDE * width, units, batch_first=True)
         self.speak = nn.LSTM(width, units, batch_first=True)
@@ -203,6 +208,62 @@ class Policy(nn.Module):
         """[U] tokens (the last prompt token first) -> [U, units] query states."""
         spoken, _ = self.speak(self.embed(tokens)[None])
         return spoken[0]
+
+    def save(self, path: Path) -> None:
+        """Its learnt weights (not Whisper's frozen embeddings) and sizes, as safetensors."""
+        weights = {
+            k: v.detach().contiguous()
+            for k, v in self.state_dict().items()
+            if not k.startswith("embed.")
+        }
+        save_file(weights, str(path), metadata={"units": str(self.units), "dim": str(self.dim)})
+
+    @classmethod
+    def load(cls, path: Path, embeddings: Tensor) -> Policy:
+        """A policy :meth:`save` wrote, over ``embeddings`` (Whisper's token embeddings);
+        an OSError or ValueError names a file that is not one."""
+        try:
+            meta = metadata_for(path, {}, "")
+            weights = load_file(str(path))
+        except SafetensorError as err:
+            raise ValueError(f"{path}: not a safetensors file ({err})") from None
+        if not {"units", "dim"} <= meta.keys():
+            raise ValueError(f"{path}: not a prototype policy (bench/monotonic_speller.py --save)")
+        policy = cls(embeddings, int(meta["units"]), int(meta["dim"]))
+        missing, unexpected = policy.load_state_dict(weights, strict=False)
+        if missing != ["embed.weight"] or unexpected:
+            raise ValueError(f"{path}: weights do not fit a prototype policy")
+        return policy.eval()
+
+
+@dataclass(eq=False)
+class Prototype:
+    """This prototype's learnt policy as the served speller asks one (``asr.speller.Policy``:
+    ``bench/streaming_speller.py``'s ``prototype:PATH`` row, over Whisper's unadapted
+    decoder): at a chunk's end, yes where the energy between the query of the tokens said
+    so far and any of that chunk's 40 ms states is positive. Its pointer moves by chunks,
+    where :func:`stream`'s moves by states: a second token of a chunk may fire at a state
+    before the first one's. The decoder reads the chunk either way."""
+
+    policy: Policy
+    first: int  # the prompt's last token: the query LSTM's first input
+    stride: int = CHUNK_STATES
+    reads_attention: ClassVar[bool] = False
+    _keys: tuple[Tensor, Tensor] | None = field(default=None, repr=False)  # (states, keys)
+    _query: tuple[list[int], Tensor] | None = field(default=None, repr=False)
+
+    @torch.no_grad()
+    def emits(self, next_token: NextToken, boundary: int) -> bool:
+        states = next_token.states
+        if self._keys is None or self._keys[0] is not states:  # more states came
+            self._keys = (states, self.policy.keys(states))
+        tokens = next_token.tokens
+        if self._query is None or self._query[0] != tokens:
+            spoken = self.policy.queries(torch.tensor([self.first, *tokens]))
+            self._query = (list(tokens), self.policy.energy.query(spoken[-1]))
+        window = slice((boundary - self.stride) // STRIDE, math.ceil(boundary / STRIDE))
+        energies = self.policy.energy.score(self._query[1], self._keys[1][window])
+        return bool((energies > 0).any())
 
 
 def loss_of(policy: Policy, utt: Utterance, first: int, latency: float, noise: float) -> Tensor:
@@ -327,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=1.0, help="weight of the delay term")
     parser.add_argument("--noise", type=float, default=1.0, help="energy noise in training")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--save",
+        type=Path,
+        help="write the learnt policy here (bench/streaming_speller.py's prototype:PATH)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--work", type=Path, help="keeps each manifest's prepared utterances for later runs"
@@ -366,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     else:
         policy = train_policy(args, prepared(args.train, args.train_limit, True), whisper)
+        if args.save:
+            policy.save(args.save)
         streams = {"policy": lambda speller, utt: stream(policy, speller, utt, first)}
     print(
         "| manifest | utterances | streams | Whisper offline | streaming | streamed share "

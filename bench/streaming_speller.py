@@ -9,6 +9,9 @@ On the same utterances, side by side:
                 while the alignment heads attend the last f states of the memory read
     learnt      the learnt policy (``training/speller.py``): Raffel et al.'s p(i, j) from the
                 decoder's state and the student's, yes at p > threshold
+    prototype   ``bench/monotonic_speller.py``'s policy (``--save``): an energy between LSTMs
+                over the tokens said and over the student's states, Whisper's own decoder
+                (no adapters) reading
     lstm        the bundle's own streaming decoder (greedy, one pass, no language model)
 
 Every system reads the student's states as a session gets them: the audio is fed in
@@ -26,7 +29,8 @@ and the one-thread real-time factor of one stream (the student's encoding includ
 Audio longer than Whisper's 30 s window is read window by window, each a segment.
 
     python bench/streaming_speller.py --manifest data/live/dev.jsonl --limit 100 \\
-        --policy attention:4 attention:8 learnt:exp/speller/speller_policy.safetensors \
+        --policy attention:4 attention:8 learnt:exp/speller/speller_policy.safetensors \\
+        prototype:exp/prototype.safetensors \\
         --beyond silence mask --numbers words digits
 
 ``--numbers``: numbers spelled as said (the served default: a number's words stream as
@@ -69,6 +73,8 @@ from asr.speller import (  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE  # noqa: E402
 from asr.whisper_finals import silent_states  # noqa: E402
 from bench.decoder_ceiling import WINDOW, wer  # noqa: E402
+from bench.monotonic_speller import Policy as PrototypePolicy  # noqa: E402
+from bench.monotonic_speller import Prototype  # noqa: E402
 from bench.real_speech import score_text  # noqa: E402
 from bench.word_latency import Aligner, aligner_problem, settled  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
@@ -85,6 +91,7 @@ class System:
     name: str
     policy: Policy | None = None  # None: the LSTM decoder
     options: SpellerOptions = SpellerOptions()
+    adapted: bool = True  # read by the bundle's adapted decoder (False: Whisper's own)
 
 
 @dataclass
@@ -109,11 +116,12 @@ class Figures:
         }
 
 
-def policy_of(spec: str) -> Policy:
+def policy_of(spec: str, model: SpellerModel) -> Policy:
     """``attention:F`` (the attention-guided policy, F states), ``end`` (the ceiling),
     ``immediate`` (at every chunk end: the decoder alone waits, by its end of text, as a
     decoder tuned on cut memories learns to), ``learnt:PATH`` or ``learnt:PATH@THRESHOLD``
-    (a learnt policy's file)."""
+    (a learnt policy's file), ``prototype:PATH`` (the prototype's, over ``model``'s token
+    embeddings)."""
     kind, _, value = spec.partition(":")
     if kind == "attention" and value.isdigit():
         return AttentionGuided(int(value))
@@ -127,19 +135,30 @@ def policy_of(spec: str) -> Policy:
             return Learnt.load(Path(path), float(threshold) if threshold else None)
         except (OSError, ValueError) as err:
             raise argparse.ArgumentTypeError(f"{spec!r}: {err}") from None
+    if kind == "prototype" and value:
+        try:
+            policy = PrototypePolicy.load(Path(value), model.decoder.embed.weight.detach())
+        except (OSError, ValueError) as err:
+            raise argparse.ArgumentTypeError(f"{spec!r}: {err}") from None
+        return Prototype(policy, model.vocabulary.prompt[-1])
     raise argparse.ArgumentTypeError(
-        f"{spec!r}: expected attention:F (F states), end, immediate or learnt:PATH[@THRESHOLD]"
+        f"{spec!r}: expected attention:F (F states), end, immediate, learnt:PATH[@THRESHOLD] "
+        "or prototype:PATH"
     )
 
 
-def systems_of(policies: list[str], beyonds: list[str], numbers: list[str]) -> list[System]:
+def systems_of(
+    policies: list[str], beyonds: list[str], numbers: list[str], model: SpellerModel
+) -> list[System]:
     ceiling = SpellerOptions(beyond="silence", numbers=numbers[0])  # type: ignore[arg-type]
     systems = [System("ceiling", AtEnd(), ceiling)]
     for beyond in beyonds:
         for spelled in numbers:
             for spec in policies:
                 options = SpellerOptions(beyond=beyond, numbers=spelled)  # type: ignore[arg-type]
-                systems.append(System(f"{spec} ({beyond}, {spelled})", policy_of(spec), options))
+                policy = policy_of(spec, model)
+                adapted = not isinstance(policy, Prototype)
+                systems.append(System(f"{spec} ({beyond}, {spelled})", policy, options, adapted))
     return systems + [System("lstm greedy")]
 
 
@@ -225,7 +244,7 @@ def token_latencies(
 def measure(
     entries: list[Entry],
     recognizer: Recognizer,
-    model: SpellerModel,
+    models: dict[bool, SpellerModel],
     aligner: Aligner,
     systems: list[System],
     chunk: int,
@@ -251,7 +270,7 @@ def measure(
                 text, pieces, times = lstm(lstm_recognizer, samples, chunk)
                 fig.seconds += time.perf_counter() - started
             else:
-                text, pieces, times = spell(model, system, windows)
+                text, pieces, times = spell(models[system.adapted], system, windows)
                 fig.seconds += time.perf_counter() - started + encoding
             fig.hyps.append(text)
             fig.audio += duration
@@ -289,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         "--policy",
         nargs="+",
         default=["attention:4", "attention:8"],
-        help="speller policies: attention:F (F states), end, learnt:PATH[@THRESHOLD]",
+        help="speller policies: attention:F (F states), end, immediate, "
+        "learnt:PATH[@THRESHOLD], prototype:PATH",
     )
     parser.add_argument(
         "--beyond",
@@ -310,10 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.limit < 0 or args.chunk_ms <= 0:
         parser.error("--limit must be >= 0 and --chunk-ms > 0")
-    try:
-        systems = systems_of(args.policy, args.beyond, args.numbers)
-    except argparse.ArgumentTypeError as err:
-        parser.error(str(err))
     torch.set_num_threads(1)
     recognizer = load_model(args.model)
     problem = recognizer.two_pass_problem() or aligner_problem(recognizer)
@@ -321,15 +337,21 @@ def main(argv: list[str] | None = None) -> int:
     if problem or finals is None:
         parser.error(f"--model {args.model}: {problem or 'no Whisper decoder'}")
     assert recognizer.whisper_files is not None
-    model = SpellerModel.load(
-        *recognizer.whisper_files, silent_states(finals.teacher), bundle_adapter(args.model)
-    )
+    silent = silent_states(finals.teacher)
+    model = SpellerModel.load(*recognizer.whisper_files, silent, bundle_adapter(args.model))
+    try:
+        systems = systems_of(args.policy, args.beyond, args.numbers, model)
+    except argparse.ArgumentTypeError as err:
+        parser.error(str(err))
+    models = {True: model}
+    if not all(system.adapted for system in systems):
+        models[False] = SpellerModel.load(*recognizer.whisper_files, silent)
     aligner = Aligner.of(recognizer)
     chunk = max(1, round(args.chunk_ms * SAMPLE_RATE / 1000))
     results = []
     for manifest in args.manifest:
         entries = read_manifest(manifest)[0][: args.limit or None]
-        figures, unaligned = measure(entries, recognizer, model, aligner, systems, chunk)
+        figures, unaligned = measure(entries, recognizer, models, aligner, systems, chunk)
         refs = [e.text for e in entries]
         rows = [fig.row(refs) for fig in figures]
         results.append(

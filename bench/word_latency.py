@@ -9,7 +9,9 @@ in the transcript (finals so far plus the current partial) and stayed there to t
 The final transcript is matched word by word to the reference (difflib); for each word
 right, latency = shown time - the word's end in the audio. Printed per model: median, p90,
 p95 and the share of words over 400 ms (the goal: p95 at most 400 ms for the streaming
-pass), with words right against reference words so that a reader sees the coverage.
+pass), with words right against reference words so that a reader sees the coverage; and
+the median and p95 of number words ("seventy", "thousand") and of the others apart, as a
+number's words may wait for the number's end.
 
 All times are audio time (seconds of audio fed), as if the model kept up with real time:
 processing time is excluded and measured elsewhere (bench/load.py, bench/streaming.py).
@@ -56,7 +58,7 @@ from asr.whisper_encoder import WhisperEncoder  # noqa: E402
 from asr.whisper_features import SAMPLE_RATE, log_mel  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.manifest import Entry, read_manifest  # noqa: E402
-from training.recipes.textnorm import normalize  # noqa: E402
+from training.recipes.textnorm import NUMBER_WORDS, normalize  # noqa: E402
 
 GOAL_MS = 400.0  # issue #17: p95 at most this for the streaming pass
 # --model PATH:SUFFIX -> (two-pass finals, greedy search without the LM, streaming decoder)
@@ -121,14 +123,18 @@ def shown_times(
     return words, settled(history), [t for _, t in finals]
 
 
+def right_words(reference: list[str], words: list[str]) -> list[tuple[int, int]]:
+    """(reference index, hypothesis index) of each right word: where difflib matches it."""
+    match = difflib.SequenceMatcher(a=reference, b=words, autojunk=False)
+    return [(a + k, b + k) for a, b, n in match.get_matching_blocks() for k in range(n)]
+
+
 def right_word_latencies(
     reference: list[str], ends: list[float], words: list[str], times: list[float]
 ) -> list[float]:
     """Seconds from each right word's end (``ends`` per reference word) to ``times`` of it
-    (per hypothesis word: when it was shown, or the time its final states); a word is right
-    where difflib matches it to the reference."""
-    match = difflib.SequenceMatcher(a=reference, b=words, autojunk=False)
-    return [times[b + k] - ends[a + k] for a, b, n in match.get_matching_blocks() for k in range(n)]
+    (per hypothesis word: when it was shown, or the time its final states)."""
+    return [times[b] - ends[a] for a, b in right_words(reference, words)]
 
 
 # -- the aligner's side: where each reference word ends -----------------------------------
@@ -231,6 +237,7 @@ class Figures:
     utterances: int = 0
     words: int = 0  # reference words of the aligned utterances
     latencies: list[float] = field(default_factory=list)
+    numbers: list[bool] = field(default_factory=list)  # per right word: a number word
     # per right word: the time its final states for it less its aligned end
     time_errors: list[float] = field(default_factory=list)
 
@@ -256,7 +263,17 @@ class Figures:
             "words_right": len(ms),
             "right_share": len(ms) / self.words if self.words else None,
             "latency_ms": stats,
+            "latency_ms_by_kind": {
+                kind: by_kind(ms[np.array(self.numbers, bool) == (kind == "numbers")])
+                for kind in ("numbers", "other")
+            },
         }
+
+
+def by_kind(ms: np.ndarray) -> dict[str, float | int | None]:
+    """Count, median and p95 of some words' latencies (ms)."""
+    median, p95 = np.percentile(ms, [50, 95]).tolist() if len(ms) else (None, None)
+    return {"words": len(ms), "median": median, "p95": p95}
 
 
 def table(rows: list[dict]) -> str:
@@ -427,6 +444,7 @@ def measure(
             fig.utterances += 1
             fig.words += len(reference)
             fig.latencies += right_word_latencies(reference, ends, shown, times)
+            fig.numbers += [reference[a] in NUMBER_WORDS for a, _ in right_words(reference, shown)]
             fig.time_errors += right_word_latencies(reference, ends, shown, stated)
     return unaligned, words
 
@@ -470,8 +488,21 @@ def report(result: dict) -> str:
             f"goal p95 <= {GOAL_MS:g} ms; time err: ms between the time a final gives a right "
             "word and its aligned end",
             table(result["models"]),
+            "median / p95 ms of number words and of the others: "
+            + "; ".join(
+                f"{row['model']} {kinds(row)}" for row in result["models"] if row["latency_ms"]
+            ),
         ]
     )
+
+
+def kinds(row: dict) -> str:
+    """``numbers (N) a / b, other (M) c / d`` of one model's row."""
+    parts = []
+    for kind, stats in row["latency_ms_by_kind"].items():
+        if stats["words"]:
+            parts.append(f"{kind} ({stats['words']}) {stats['median']:.0f} / {stats['p95']:.0f}")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from asr.bundle import load_model
 from asr.config import Config
+from asr.speller import CHUNK_STATES, AtEnd, NextToken, Speller, SpellerModel
+from asr.whisper_finals import silent_states
 from tests.conftest import REPO, load_bench
 from training.manifest import read_manifest
 
@@ -85,3 +88,49 @@ def test_certainty_policy_spans_offline_to_eager(parts) -> None:
         for i, j in enumerate(at):
             if j >= 0:
                 assert speller.next_token(memory, tokens[:i], ends[j]) == tokens[i]
+
+
+def test_prototype_policy_fires_at_a_chunk_where_its_energy_does(parts, tmp_path) -> None:
+    """As the served speller's policy (over Whisper's own decoder), the prototype saved and
+    loaded says yes at a chunk's end exactly where some 40 ms state of that chunk has a
+    positive energy against the query of the tokens said so far."""
+    whisper, _, utterances, _ = parts
+    recognizer = load_model(REPO / "models" / "default")
+    finals = recognizer.whisper_finals()
+    assert finals is not None and recognizer.whisper_files is not None
+    model = SpellerModel.load(*recognizer.whisper_files, silent_states(finals.teacher))
+    first = model.vocabulary.prompt[-1]
+    assert first == whisper.prompt[-1]  # the token the prototype's queries start from
+    torch.manual_seed(0)
+    policy = speller_bench.Policy(whisper.decoder.embed.weight.detach().clone()).eval()
+    states = torch.from_numpy(utterances[0].states)
+    per_chunk = CHUNK_STATES // speller_bench.STRIDE
+    with torch.no_grad():
+        query = policy.energy.query(policy.queries(torch.tensor([first]))[-1])
+        energies = policy.energy.score(query, policy.keys(states))
+        policy.energy.r -= float(np.median([e.max() for e in energies.split(per_chunk)]))
+        energies = policy.energy.score(query, policy.keys(states))  # about half the chunks fire
+    path = tmp_path / "prototype.safetensors"
+    policy.save(path)
+    loaded = speller_bench.Policy.load(path, model.decoder.embed.weight.detach())
+    prototype = speller_bench.Prototype(loaded, first)
+
+    speller = Speller(model, AtEnd())  # holds the states, says nothing while they come
+    speller.accept(states)
+    view = NextToken(speller, speller.hypothesis)
+    said = []
+    for boundary in range(CHUNK_STATES, len(states) + 1, CHUNK_STATES):
+        chunk = energies[(boundary - CHUNK_STATES) // 2 : boundary // 2]
+        said.append(prototype.emits(view, boundary))
+        assert said[-1] == bool((chunk > 0).any()), boundary
+    assert any(said) and not all(said)
+
+
+def test_a_prototype_file_must_be_one(tmp_path) -> None:
+    embeddings = torch.zeros(10, 512)
+    policy_file = REPO / "models" / "default" / "speller_policy.safetensors"
+    with pytest.raises(ValueError, match="not a prototype policy"):
+        speller_bench.Policy.load(policy_file, embeddings)
+    (tmp_path / "x.safetensors").write_text("not weights")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        speller_bench.Policy.load(tmp_path / "x.safetensors", embeddings)

@@ -391,9 +391,9 @@ def test_first_tokens_come_before_the_audio_ends(
     assert late.boundaries == sorted(late.boundaries)
 
 
-def reference_loss(energy, logp, late, tokens, bounds, weight):  # noqa: ANN001, ANN201
+def reference_loss(energy, logp, late, tokens, bounds, weight, cap=1.0):  # noqa: ANN001, ANN201
     """The loss step by step in float64: Raffel's recurrence over boundaries, one token at
-    a time, p at each row's close 1."""
+    a time, p at each row's close 1, each P above ``cap`` counted as ``cap``."""
     total, count = 0.0, 0
     for b in range(energy.shape[0]):
         width = int(bounds[b].sum())
@@ -404,7 +404,7 @@ def reference_loss(energy, logp, late, tokens, bounds, weight):  # noqa: ANN001,
             for j in range(width):
                 q = (1 - p[j - 1]) * q + previous[j] if j else previous[0]
                 alpha.append(p[j] * q)
-            like = sum(a * torch.exp(logp[b, i, j]) for j, a in enumerate(alpha))
+            like = sum(a * torch.exp(logp[b, i, j]).clamp(max=cap) for j, a in enumerate(alpha))
             total = (
                 total
                 - torch.log(like)
@@ -415,19 +415,21 @@ def reference_loss(energy, logp, late, tokens, bounds, weight):  # noqa: ANN001,
     return total / count
 
 
-def test_expected_boundary_loss_matches_a_float64_reference() -> None:
+@pytest.mark.parametrize("cap", [1.0, 0.5])
+def test_expected_boundary_loss_matches_a_float64_reference(cap: float) -> None:
     """Value and gradient (energies and log-probabilities), on a small random grid with
-    rows of different lengths, energies wide enough that p saturates at places."""
+    rows of different lengths, energies wide enough that p saturates at places; with a
+    likelihood cap, P past it counts as the cap (about half the cells here)."""
     torch.manual_seed(0)
     energy = (4 * torch.randn(3, 5, 7, dtype=torch.float64)).requires_grad_()
-    logp = (-3 * torch.rand(3, 5, 7, dtype=torch.float64)).requires_grad_()
+    logp = (-1.4 * torch.rand(3, 5, 7, dtype=torch.float64)).requires_grad_()
     late = torch.rand(3, 5, 7, dtype=torch.float64)
     tokens = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]], dtype=torch.bool)
     bounds = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 6 + [0]], dtype=torch.bool)
-    want = reference_loss(energy, logp, late, tokens, bounds, 0.7)
+    want = reference_loss(energy, logp, late, tokens, bounds, 0.7, cap)
     want_grads = torch.autograd.grad(want, (energy, logp))
     got, _, _ = expected_boundary_loss(
-        energy.float(), logp.float(), late.float(), tokens, bounds, 0.7
+        energy.float(), logp.float(), late.float(), tokens, bounds, 0.7, cap
     )
     got_grads = torch.autograd.grad(got, (energy, logp))
     assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-5)
@@ -554,7 +556,7 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     out, and a policy learnt on another student is refused."""
     import argparse
 
-    from asr.speller import POLICY_FILE
+    from asr.speller import POLICY_FILE, metadata_for
     from training.speller import add_arguments, run
 
     manifest = tmp_path / "unlabelled.jsonl"
@@ -574,6 +576,13 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     assert run(args) == 0
     assert len(list((tmp_path / "grids").glob("*.npz"))) == 2
     assert (tmp_path / "out" / POLICY_FILE).is_file()
+    # a likelihood cap: recorded in the policy file; one outside (0, 1] refused by name
+    capped = argparse.Namespace(**vars(args) | {"likelihood_cap": 0.5, "out": tmp_path / "cap"})
+    assert run(capped) == 0
+    assert metadata_for(tmp_path / "cap" / POLICY_FILE, {}, "")["likelihood_cap"] == "0.5"
+    capped.likelihood_cap = 1.5
+    with pytest.raises(ValueError, match="--likelihood-cap must be in"):
+        run(capped)
     # on-policy: the bundle's policy lets the tokens out, two more grids beside the two
     args.prefix_policy, args.out = MODEL / POLICY_FILE, tmp_path / "dagger"
     assert run(args) == 0

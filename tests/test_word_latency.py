@@ -14,6 +14,7 @@ import soundfile
 
 from asr.bundle import load_model
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, load_bench, with_two_pass
+from training.recipes.textnorm import NUMBER_WORDS
 
 REPO = Path(__file__).resolve().parents[1]
 HELDOUT = REPO / "tests" / "data" / "heldout"
@@ -63,6 +64,19 @@ def test_only_right_words_have_a_latency(bench: types.ModuleType) -> None:
     words, times = ["a", "x", "c", "d", "e"], [0.3, 0.35, 0.5, 0.9, 1.0]
     latencies = bench.right_word_latencies(reference, ends, words, times)
     assert latencies == pytest.approx([0.2, 0.2, 0.5])
+
+
+def test_number_words_are_reported_apart(bench: types.ModuleType) -> None:
+    reference = "call nine one one at once".split()
+    words, times = "call nine one one at once".split(), [0.2, 0.9, 1.5, 2.0, 0.8, 0.9]
+    ends = [0.1, 0.3, 0.5, 0.7, 0.75, 0.8]
+    fig = bench.Figures("m", two_pass=False, words=len(reference))
+    fig.latencies = bench.right_word_latencies(reference, ends, words, times)
+    fig.numbers = [reference[a] in NUMBER_WORDS for a, _ in bench.right_words(reference, words)]
+    kinds = fig.to_dict()["latency_ms_by_kind"]
+    assert kinds["numbers"]["words"] == 3 and kinds["other"]["words"] == 3
+    assert kinds["numbers"]["median"] == pytest.approx(1000)  # 600, 1000, 1300 ms
+    assert kinds["other"]["median"] == pytest.approx(100)  # 100, 50, 100 ms
 
 
 def test_model_specs_carry_their_finals(bench: types.ModuleType) -> None:

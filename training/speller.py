@@ -6,7 +6,9 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
 
 1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
-   finals write it), with each token's end from the alignment heads over the whole memory
+   finals write it; with ``--numbers words``, numbers spelled as said, as the speller
+   writes them while its segment is open: a numeral waits for its number's end, a spelled
+   number's words each for their own), with each token's end from the alignment heads over the whole memory
    (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
    r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
@@ -22,9 +24,12 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    noise) on the cached grids: p(i, j) = sigmoid(energy(s(i, j), h(b_j))), p at the close
    forced to 1, alpha(i, j) by the exact scan of ``asr.attention``, and per token
 
-       loss = -log sum_j alpha(i, j) P(y_i | j) + lambda sum_j alpha(i, j) max(0, t(b_j) - e_i)
+       loss = -log sum_j alpha(i, j) min(P(y_i | j), c) + lambda sum_j alpha(i, j) max(0, t(b_j) - e_i)
 
-   with t(b_j) when the boundary's states have arrived and e_i the end of y_i's word.
+   with t(b_j) when the boundary's states have arrived, e_i the end of y_i's word and c
+   the likelihood cap (``--likelihood-cap``, 1: none). Past c >= 0.5 the token is the
+   decoder's likeliest, as greedy reading says it: uncapped, the energy is paid to wait
+   while P climbs on from there with the next word's audio.
 
     asr train-speller --train data/mix2/synth-11k/manifest.jsonl data/mix2/real_en.jsonl \\
         --limit 300 --cache exp/speller-grids --out exp/speller-policy --latency-weight 0.5
@@ -41,6 +46,7 @@ import math
 import os
 import random
 import time
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +58,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from asr.attention import soft_monotonic_alignment
+from asr.config import Numbers, WhisperFinalsConfig
 from asr.frontend import STATE_SECONDS
 from asr.speller import (
     CHUNK_STATES,
@@ -89,6 +96,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--latency-weight", type=float, default=0.5, help="lambda, per second")
     parser.add_argument(
+        "--likelihood-cap",
+        type=float,
+        default=1.0,
+        help="c in (0, 1]: a boundary where the decoder gives the token probability c or more "
+        "is as good as any later one (1: no cap)",
+    )
+    parser.add_argument(
         "--agreement",
         type=int,
         default=0,
@@ -101,6 +115,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="serving: also let a token out where the decoder's likeliest token has at least "
         "this probability (0: the energy alone)",
+    )
+    parser.add_argument(
+        "--numbers",
+        choices=typing.get_args(Numbers),
+        default="digits",
+        help="how the grids' targets write numbers: as Whisper does, or spelled as said (as "
+        "the speller writes them while a segment is open)",
     )
     parser.add_argument(
         "--prefix-policy",
@@ -125,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_agreement(args.agreement)
     check_confidence(args.confidence)
+    if not 0 < args.likelihood_cap <= 1:
+        raise ValueError(f"--likelihood-cap must be in (0, 1], got {args.likelihood_cap}")
     entries = []
     for manifest in args.train:
         # the grids read Whisper's own transcript: a clip needs no text
@@ -144,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prefix_policy is not None:
         policy = Learnt.load(args.prefix_policy, learnt_on=learnt_on(args.model))
         prefix = (policy, file_sha1(args.prefix_policy))
-    paths = cache_grids(entries, recognizer, model, args.cache, args.model, prefix)
+    paths = cache_grids(entries, recognizer, model, args.cache, args.model, prefix, args.numbers)
     if args.grids_only:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
@@ -154,9 +177,12 @@ def run(args: argparse.Namespace) -> int:
             f"at most --max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
         )
     trainer = PolicyTrainer(grids, args.out, args.latency_weight, args.lr, args.batch, args.seed)
+    trainer.cap = args.likelihood_cap
     trainer.meta = learnt_on(args.model) | {
         "agreement": str(args.agreement),
         "confidence": str(args.confidence),
+        "likelihood_cap": str(args.likelihood_cap),
+        "numbers": args.numbers,
     }
     trainer.fit(args.epochs, resume=args.resume)
     return 0
@@ -166,9 +192,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def grid_name(
-    entry_audio: str, offset: float | None, end: float | None, bundle: Path, prefix: str = ""
+    entry_audio: str,
+    offset: float | None,
+    end: float | None,
+    bundle: Path,
+    prefix: str = "",
+    numbers: Numbers = "digits",
 ) -> str:
     fields: list[object] = [entry_audio, offset, end, str(bundle.resolve())]
+    fields += ["numbers=words"] if numbers == "words" else []
     key = json.dumps(fields + [prefix] if prefix else fields)
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
@@ -180,22 +212,24 @@ def cache_grids(
     cache: Path,
     bundle: Path,
     prefix: tuple[Policy, str] | None = None,
+    numbers: Numbers = "digits",
 ) -> list[Path]:
-    """Each entry's grid (an empty file: no sure transcript), computed where missing; with
-    ``prefix`` (a policy and its file's hash), each entry's on-policy grid too, its earlier
-    tokens read where that policy lets them out (:func:`policy_boundaries`): both from one
-    pass of the student and one teacher's transcript per clip."""
-    from asr.config import WhisperFinalsConfig
+    """Each entry's grid (an empty file: no sure transcript), computed where missing, its
+    targets' ``numbers`` so written; with ``prefix`` (a policy and its file's hash), each
+    entry's on-policy grid too, its earlier tokens read where that policy lets them out
+    (:func:`policy_boundaries`): both from one pass of the student and one teacher's
+    transcript per clip."""
     from training.dataset import entry_audio
 
     cache.mkdir(parents=True, exist_ok=True)
     kinds = [None] if prefix is None else [None, prefix]  # reference, then on-policy
     keys = ["" if kind is None else kind[1] for kind in kinds]
     paths = [
-        [cache / grid_name(e.audio, e.offset, e.end, bundle, k) for k in keys] for e in entries
+        [cache / grid_name(e.audio, e.offset, e.end, bundle, k, numbers) for k in keys]
+        for e in entries
     ]
     todo = [(e, ps) for e, ps in zip(entries, paths) if not all(p.is_file() for p in ps)]
-    options = WhisperFinalsConfig(beam_size=1, window_s=0.0)  # as the shipped policy learnt
+    options = WhisperFinalsConfig(beam_size=1, window_s=0.0, numbers=numbers)
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
     for entry, clip_paths in tqdm(todo, desc="speller grids", unit="utt"):
@@ -421,12 +455,18 @@ def load_grid(path: Path) -> Grid | None:
 
 
 def expected_boundary_loss(
-    energy: Tensor, logp: Tensor, late: Tensor, tokens: Tensor, bounds: Tensor, weight: float
+    energy: Tensor,
+    logp: Tensor,
+    late: Tensor,
+    tokens: Tensor,
+    bounds: Tensor,
+    weight: float,
+    cap: float = 1.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The loss of the module's docstring, per token on average, with the expected
     log-likelihood term and expected lateness (s) besides, from energies, log P(y_i | b_j)
     and lateness [B, N, J], token and boundary masks [B, N], [B, J] (each row's last valid
-    boundary is its close, where p is 1)."""
+    boundary is its close, where p is 1), P capped at ``cap``."""
     close = bounds & ~F.pad(bounds[:, 1:], (0, 1), value=False)
     energy = torch.where(close[:, None], math.inf, energy)
     previous = torch.zeros_like(energy[:, 0])
@@ -436,7 +476,7 @@ def expected_boundary_loss(
         previous = soft_monotonic_alignment(energy[:, i], previous, bounds)
         alphas.append(previous)
     alpha = torch.stack(alphas, 1)
-    logp = logp.masked_fill(~bounds[:, None], -math.inf)
+    logp = logp.clamp_max(math.log(cap)).masked_fill(~bounds[:, None], -math.inf)
     top = logp.max(-1, keepdim=True).values.detach().clamp_min(-1e4)
     likelihood = (alpha * (logp - top).exp()).sum(-1).clamp_min(1e-30).log() + top[..., 0]
     lateness = (alpha * late.masked_fill(~bounds[:, None], 0.0)).sum(-1)
@@ -473,6 +513,7 @@ class PolicyTrainer:
         self.energy = PolicyEnergy(grids[0].s.shape[-1], grids[0].h.shape[-1])
         self.optimizer = torch.optim.Adam(self.energy.parameters(), lr=lr)
         self.meta: dict[str, str] = {}  # recorded in the policy file
+        self.cap = 1.0  # the likelihood cap (1: none)
         out.mkdir(parents=True, exist_ok=True)
 
     def fit(self, epochs: int, resume: bool = False, noise: float = 1.0) -> PolicyEnergy:
@@ -512,7 +553,7 @@ class PolicyTrainer:
         energy = self.energy(s, h[:, None])
         energy = energy + noise * torch.randn_like(energy)
         loss, like, lateness = expected_boundary_loss(
-            energy, logp, late, tokens, bounds, self.weight
+            energy, logp, late, tokens, bounds, self.weight, self.cap
         )
         self.optimizer.zero_grad()
         loss.backward()

@@ -16,6 +16,8 @@ ONES = (
 ).split()
 TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"))
+# the words a cardinal is spelled with (``cardinal``)
+NUMBER_WORDS = frozenset([*ONES, *TENS[2:], "hundred", *(name for _, name in SCALES)])
 ORDINAL_IRREGULAR = {
     "one": "first",
     "two": "second",
