@@ -315,15 +315,16 @@ class DecodeConfig(Checked):
     # decoder reading the streaming student's states, each token let out when the bundle's
     # learnt policy (speller_policy.safetensors) says its audio has arrived; the LSTM search
     # still runs beside it, its end of sentence no longer ending a segment (segments end at
-    # endpoints alone). Cased and punctuated, better read (held-out one-pass WER 38.9% real,
-    # 13.5 / 16.0% synthetic, against the LSTM's 64.9 / 28.8 / 32.2%) but later (word
-    # latency p95 1.4 s against 0.34) and dearer (one stream's real-time factor 0.097
-    # against 0.041: each candidate boundary is a step of Whisper's decoder)
+    # endpoints alone). Cased and punctuated, better read (held-out one-pass WER 39.7% real,
+    # 14.4 / 16.1% synthetic, against the LSTM's 64.9 / 28.8 / 32.2%) but later in the tail
+    # (word latency p50 / p95 0.18 / 0.75 s against 0.18 / 0.34) and dearer (one stream's
+    # real-time factor 0.101 against 0.041: each candidate boundary is a step of Whisper's
+    # decoder)
     streaming_decoder: StreamingDecoder = "lstm"
     # hypotheses of the beam of Whisper's streaming decoder, each with its own pointer
-    # (1: greedy); the partials show the best one, which may change. A beam of 3 read real
-    # speech a little better held out (37.7% against 38.9%), the synthetic sets a little
-    # worse, at 1.65x the cost (the research record)
+    # (1: greedy); the partials show the best one, which may change. Under the previous
+    # policy a beam of 3 read real speech a little better held out (37.7% against 38.9%),
+    # the synthetic sets a little worse, at 1.65x the cost (the research record)
     speller_beam: int = bounded(1, at_least=1)
 
     def greedy(self) -> DecodeConfig:

@@ -188,6 +188,9 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
         row
         | {"system": "learnt:models/default/p.safetensors (silence, words)", "wer": 0.12}
         | {"rtf": 0.15},
+        row
+        | {"system": "prototype:/work/exp/p.safetensors (silence, words)", "wer": 0.3}
+        | {"rtf": 0.2},
         {"system": "lstm greedy", "wer": 0.3, "rtf": 0.05, "token_latency_p50_ms": None}
         | {"token_latency_p95_ms": None, "within_1s": None},
     ]
@@ -201,6 +204,7 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
     assert set(spelled["baselines"]) == {"test_seen_voices", "real"} and spelled["rtf"] == 0.5
     card = (bundle / "README.md").read_text()
     assert "| learnt | 12.00% | 300 / 900 ms | 95.0% | 0.150 |" in card
+    assert "| prototype | 30.00% | 300 / 900 ms | 95.0% | 0.200 |" in card
     assert "| lstm greedy | 30.00% | - | - | 0.050 |" in card
 
 

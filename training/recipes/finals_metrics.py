@@ -37,11 +37,16 @@ and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "w
     python bench/load.py --capacity --no-two-pass --streaming-decoder whisper \\
         --json spelled_capacity.json
 
+    python bench/monotonic_speller.py --train data/synth-b/train.jsonl --train-limit 600 \\
+        --minutes 15 --test data/live/dev.jsonl --test-limit 30 \\
+        --save exp/prototype.safetensors
     python bench/streaming_speller.py --limit 50 --policy attention:24 \\
-        learnt:models/default/speller_policy.safetensors --json spelled_baselines.json \\
+        learnt:models/default/speller_policy.safetensors prototype:exp/prototype.safetensors \\
+        --json spelled_baselines.json \\
         --manifest data/live/test_seen_voices.jsonl data/live/test_unseen_voices.jsonl
     python bench/streaming_speller.py --limit 50 --policy attention:24 \\
-        learnt:models/default/speller_policy.safetensors --json spelled_baselines_real.json \\
+        learnt:models/default/speller_policy.safetensors prototype:exp/prototype.safetensors \\
+        --json spelled_baselines_real.json \\
         --manifest REAL/all.jsonl  # REAL: bench/real_speech.py --manifests REAL, outside
 
     python -m training.recipes.finals_metrics --spelled-real spelled_real.json \\
