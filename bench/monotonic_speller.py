@@ -249,8 +249,9 @@ class Prototype:
     first: int  # the prompt's last token: the query LSTM's first input
     stride: int = CHUNK_STATES
     reads_attention: ClassVar[bool] = False
-    _keys: tuple[Tensor, Tensor] | None = field(default=None, repr=False)  # (states, keys)
-    _query: tuple[list[int], Tensor] | None = field(default=None, repr=False)
+    # the last states and their keys, the last tokens and their query: computed once each
+    _keys: tuple[Tensor, Tensor] | None = field(default=None, init=False, repr=False)
+    _query: tuple[list[int], Tensor] | None = field(default=None, init=False, repr=False)
 
     @torch.no_grad()
     def emits(self, next_token: NextToken, boundary: int) -> bool:

@@ -8,8 +8,8 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
    finals write it; with ``--numbers words``, numbers spelled as said, as the speller
    writes them while its segment is open: a numeral waits for its number's end, a spelled
-   number's words each for their own), with each token's end from the alignment heads over the whole memory
-   (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
+   number's words each for their own), with each token's end from the alignment heads
+   over the whole memory (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
    r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
    and boundary b_j: the decoder's final-layer state s(i, j) at the position that predicts
@@ -24,7 +24,8 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    noise) on the cached grids: p(i, j) = sigmoid(energy(s(i, j), h(b_j))), p at the close
    forced to 1, alpha(i, j) by the exact scan of ``asr.attention``, and per token
 
-       loss = -log sum_j alpha(i, j) min(P(y_i | j), c) + lambda sum_j alpha(i, j) max(0, t(b_j) - e_i)
+       loss = -log sum_j alpha(i, j) min(P(y_i | j), c)
+              + lambda sum_j alpha(i, j) max(0, t(b_j) - e_i)
 
    with t(b_j) when the boundary's states have arrived, e_i the end of y_i's word and c
    the likelihood cap (``--likelihood-cap``, 1: none). Past c >= 0.5 the token is the
@@ -32,7 +33,8 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    while P climbs on from there with the next word's audio.
 
     asr train-speller --train data/mix2/synth-11k/manifest.jsonl data/mix2/real_en.jsonl \\
-        --limit 300 --cache exp/speller-grids --out exp/speller-policy --latency-weight 0.5
+        --limit 400 --cache exp/speller-grids --out exp/speller-policy --latency-weight 0.25 \\
+        --epochs 50 --numbers words --likelihood-cap 0.5
 
 writes ``OUT/speller_policy.safetensors`` (and ``OUT/last.pt``; ``--resume`` continues).
 """
