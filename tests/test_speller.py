@@ -522,6 +522,29 @@ def test_a_learnt_policy_streams_as_it_decodes_offline(
     assert early and early[0], "the first token waited for the close"
 
 
+def test_a_first_threshold_holds_back_only_a_segments_first_token(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """An energy that gives p = 0.7 everywhere lets tokens out as the audio comes; with a
+    first token's threshold of 0.9 the first token, and so every one after it, waits for
+    the close (the same text); with 0.6 the first comes out early again, where 0.5 has it."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 2)
+    batches = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    energy = PolicyEnergy()
+    with torch.no_grad():
+        energy.g.zero_()  # the energy is r alone
+        energy.r.fill_(math.log(0.7 / 0.3))
+    plain, early = spell(model, Learnt(energy), batches)
+    assert early[0]
+    held, held_early = spell(model, Learnt(energy, first_threshold=0.9), batches)
+    assert not any(held_early)
+    closed, _ = spell(model, AtEnd(), batches)
+    assert held.tokens == closed.tokens
+    eased, eased_early = spell(model, Learnt(energy, first_threshold=0.6), batches)
+    assert eased.boundaries[0] == plain.boundaries[0] and eased_early[0]
+
+
 def test_a_memory_cut_mid_word_does_not_end_the_sentence(
     bundle: tuple[Frontend, SpellerModel],
     tiny_policy: Learnt,
@@ -547,6 +570,11 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
     energy.save(tmp_path / "sure.safetensors", meta={"confidence": "1"})
     with pytest.raises(ValueError, match="confidence must be 0 .off. or in .0, 1."):
         Learnt.load(tmp_path / "sure.safetensors")
+    energy.save(tmp_path / "first.safetensors", meta={"first_threshold": "0.9"})
+    assert Learnt.load(tmp_path / "first.safetensors").first_threshold == 0.9
+    energy.save(tmp_path / "never.safetensors", meta={"first_threshold": "1"})
+    with pytest.raises(ValueError, match="first token's threshold must be 0 .off. or in"):
+        Learnt.load(tmp_path / "never.safetensors")
 
 
 def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001

@@ -76,6 +76,7 @@ from asr.speller import (
     bundle_adapter,
     check_agreement,
     check_confidence,
+    check_first_threshold,
     file_sha1,
     learnt_on,
 )
@@ -119,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "this probability (0: the energy alone)",
     )
     parser.add_argument(
+        "--first-threshold",
+        type=float,
+        default=0.0,
+        help="serving: a segment's first token needs p above this instead of the threshold "
+        "(0: the threshold)",
+    )
+    parser.add_argument(
         "--numbers",
         choices=typing.get_args(Numbers),
         default="digits",
@@ -148,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_agreement(args.agreement)
     check_confidence(args.confidence)
+    check_first_threshold(args.first_threshold)
     if not 0 < args.likelihood_cap <= 1:
         raise ValueError(f"--likelihood-cap must be in (0, 1], got {args.likelihood_cap}")
     entries = []
@@ -183,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     trainer.meta = learnt_on(args.model) | {
         "agreement": str(args.agreement),
         "confidence": str(args.confidence),
+        "first_threshold": str(args.first_threshold),
         "likelihood_cap": str(args.likelihood_cap),
         "numbers": args.numbers,
     }
