@@ -498,8 +498,9 @@ class Learnt:
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
         agreement = check_agreement(int(meta.get("agreement", 0)))
-        confidence = check_confidence(float(meta.get("confidence", 0)))
-        first = check_first_threshold(float(meta.get("first_threshold", 0)))
+        confidence = check_optional_probability(float(meta.get("confidence", 0)), "confidence")
+        first = float(meta.get("first_threshold", 0))
+        first = check_optional_probability(first, "first token's threshold")
         return cls(energy, threshold, agreement, confidence, first)
 
 
@@ -510,20 +511,12 @@ def check_agreement(agreement: int) -> int:
     return agreement
 
 
-def check_confidence(confidence: float) -> float:
-    """A learnt policy's confidence, 0 (off) or a probability below 1."""
-    if not 0 <= confidence < 1:
-        raise ValueError(f"a policy's confidence must be 0 (off) or in (0, 1), got {confidence}")
-    return confidence
-
-
-def check_first_threshold(threshold: float) -> float:
-    """A learnt policy's threshold for a segment's first token, 0 (off) or in (0, 1)."""
-    if not 0 <= threshold < 1:
-        raise ValueError(
-            f"a policy's first token's threshold must be 0 (off) or in (0, 1), got {threshold}"
-        )
-    return threshold
+def check_optional_probability(value: float, what: str) -> float:
+    """A learnt policy's ``what`` (its confidence, its first token's threshold): 0 (off) or
+    a probability strictly between 0 and 1."""
+    if not 0 <= value < 1:
+        raise ValueError(f"a policy's {what} must be 0 (off) or in (0, 1), got {value}")
+    return value
 
 
 def file_sha1(path: Path) -> str:

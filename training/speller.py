@@ -75,8 +75,7 @@ from asr.speller import (
     SpellerModel,
     bundle_adapter,
     check_agreement,
-    check_confidence,
-    check_first_threshold,
+    check_optional_probability,
     file_sha1,
     learnt_on,
 )
@@ -155,8 +154,8 @@ def run(args: argparse.Namespace) -> int:
     from training.manifest import read_manifest
 
     check_agreement(args.agreement)
-    check_confidence(args.confidence)
-    check_first_threshold(args.first_threshold)
+    check_optional_probability(args.confidence, "confidence")
+    check_optional_probability(args.first_threshold, "first token's threshold")
     if not 0 < args.likelihood_cap <= 1:
         raise ValueError(f"--likelihood-cap must be in (0, 1], got {args.likelihood_cap}")
     entries = []
