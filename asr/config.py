@@ -28,6 +28,8 @@ AttentionKind = Literal["monotonic", "softmax", "chunkwise"]
 StreamingDecoder = Literal["lstm", "whisper"]
 # how Whisper's decoder writes numbers: its numerals ("673"), or spelled as said
 Numbers = Literal["digits", "words"]
+# acoustic changes of the student's input in distillation (training/augment.py)
+AugmentKind = Literal["warp", "colour", "reverb", "noise"]
 
 
 @dataclass(frozen=True)
@@ -474,6 +476,12 @@ class DistillConfig(Checked):
     decoder: str = ""
     # the state distance's weight (0: the decoder-level loss alone)
     distance_weight: float = bounded(1.0, at_least=0)
+    # acoustic augmentation of the student's input (training/augment.py): each listed kind
+    # (vocal tract warp, microphone colour and level, room reverberation, noise) is applied
+    # to each training utterance with probability augment_share; the target stays the
+    # teacher's states of the clean audio. Empty: none
+    augment: list[AugmentKind] = field(default_factory=list)
+    augment_share: float = bounded(0.3, at_least=0, at_most=1)
     seed: int = bounded(0, at_least=0)
     threads: int = bounded(0, at_least=0)
     # steps between log lines, validations and checkpoints

@@ -32,28 +32,40 @@ _HALF = N_FFT // 2
 _BLOCK = 256  # frames per block of the mel projection (bounds its temporary memory)
 
 
+_F_SP = 200.0 / 3  # Hz per mel below 1 kHz
+_MIN_LOG_HZ = 1000.0
+_MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
+_LOGSTEP = np.log(6.4) / 27.0
+
+
+def hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale: linear below 1 kHz, logarithmic above."""
+    return np.where(
+        hz >= _MIN_LOG_HZ,
+        _MIN_LOG_MEL + np.log(np.maximum(hz, _MIN_LOG_HZ) / _MIN_LOG_HZ) / _LOGSTEP,
+        hz / _F_SP,
+    )
+
+
+def mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`hz_to_mel`."""
+    return np.where(
+        mel >= _MIN_LOG_MEL, _MIN_LOG_HZ * np.exp(_LOGSTEP * (mel - _MIN_LOG_MEL)), mel * _F_SP
+    )
+
+
+def mel_edges(n_mels: int = N_MELS, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """The n_mels + 2 band edges in Hz, equally spaced in mel from 0 to half the rate; band k
+    rises from edge k, peaks at edge k + 1 (its centre) and falls to edge k + 2."""
+    return mel_to_hz(np.linspace(0.0, hz_to_mel(np.array(sample_rate / 2.0)), n_mels + 2))
+
+
 def mel_filters(
     n_mels: int = N_MELS, n_fft: int = N_FFT, sample_rate: int = SAMPLE_RATE
 ) -> np.ndarray:
     """Slaney-scale triangular filters with Slaney normalisation, [n_mels, n_fft // 2 + 1]."""
-    f_sp = 200.0 / 3  # Hz per mel below 1 kHz
-    min_log_hz, min_log_mel = 1000.0, 1000.0 / f_sp
-    logstep = np.log(6.4) / 27.0
-
-    def hz_to_mel(hz: np.ndarray) -> np.ndarray:
-        return np.where(
-            hz >= min_log_hz,
-            min_log_mel + np.log(np.maximum(hz, min_log_hz) / min_log_hz) / logstep,
-            hz / f_sp,
-        )
-
-    def mel_to_hz(mel: np.ndarray) -> np.ndarray:
-        return np.where(
-            mel >= min_log_mel, min_log_hz * np.exp(logstep * (mel - min_log_mel)), mel * f_sp
-        )
-
     fft_hz = np.linspace(0, sample_rate / 2, n_fft // 2 + 1)
-    edges = mel_to_hz(np.linspace(0.0, hz_to_mel(np.array(sample_rate / 2.0)), n_mels + 2))
+    edges = mel_edges(n_mels, sample_rate)
     widths = np.diff(edges)
     ramps = edges[:, None] - fft_hz[None, :]
     rising = -ramps[:-2] / widths[:-1, None]

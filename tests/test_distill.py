@@ -112,6 +112,24 @@ def test_resumed_run_ends_where_an_uninterrupted_one_does(setup: Path) -> None:
     assert all(torch.equal(whole[k], split[k]) for k in whole)
 
 
+def test_augmented_distillation_nears_the_teacher_and_resumes_exactly(setup: Path) -> None:
+    """With every change on, the student still nears the teacher's clean states, differs
+    from a student taught on clean input, and a resumed run draws the same changes."""
+    kinds = ("distill.augment=[warp,colour,reverb,noise]", "distill.augment_share=0.5")
+    history = _distill(setup, setup / "aug", "distill.max_steps=40", *kinds)
+    assert history[-1]["rel_mse"] < 0.8 * history[0]["rel_mse"]
+    _distill(setup, setup / "aug-whole", "distill.max_steps=8", *kinds)
+    _distill(setup, setup / "aug-split", "distill.max_steps=4", *kinds)
+    _distill(setup, setup / "aug-split", "distill.max_steps=8", *kinds, resume=True)
+    whole = load_encoder(setup / "aug-whole" / "student").state_dict()
+    split = load_encoder(setup / "aug-split" / "student").state_dict()
+    assert all(torch.equal(whole[k], split[k]) for k in whole)
+    clean = _distill(setup, setup / "clean8", "distill.max_steps=8")
+    ours = load_encoder(setup / "clean8" / "student").state_dict()
+    assert not torch.equal(ours["layers.0.qkv.weight"], whole["layers.0.qkv.weight"])
+    assert clean[0] == _distill(setup, setup / "aug-whole", resume=True)[0]  # validation is clean
+
+
 def test_resuming_a_finished_run_takes_no_step(setup: Path) -> None:
     """The budget is checked before a step: resumed at max_steps, the run neither steps,
     validates nor rewrites its student and checkpoint."""
@@ -182,6 +200,12 @@ def test_bad_settings_fail_before_any_work(
     for every in ("valid_every", "log_every", "checkpoint_every"):  # divisors of the step
         assert main([*base, f"distill.{every}=0"]) == 2
         assert f"distill.{every} must be at least 1, got 0" in capsys.readouterr().err
+    assert main([*base, "distill.augment=[echo]"]) == 2
+    assert "distill.augment[0] must be one of ['warp', 'colour', 'reverb', 'noise']" in (
+        capsys.readouterr().err
+    )
+    assert main([*base, "distill.augment_share=1.5"]) == 2
+    assert "distill.augment_share must be within 0..1, got 1.5" in capsys.readouterr().err
     assert main([*base, "distill.init=nowhere"]) == 2
     assert "nowhere" in capsys.readouterr().err
     assert main([*base, "--resume"]) == 2

@@ -47,6 +47,7 @@ from asr.whisper_encoder import LAYER_LINEARS, WEIGHTS_FILE, WhisperEncoder, loa
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_finals import WhisperFinals
 from asr.whisper_text import TOKENIZER_FILE, WhisperVocabulary
+from training.augment import augment
 from training.dataset import entry_audio, make_batches
 from training.manifest import Entry, read_manifest
 from training.train import StopSignals, configure_cpu, lr_factor
@@ -526,6 +527,10 @@ class Distiller:
         )
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.lr * factor
+        if self.cfg.augment:  # the student hears the changed audio, the target stays
+            mel = augment(
+                mel, lengths, self.cfg.augment, self.cfg.augment_share, self.whisper.floor, rng
+            )
         with torch.autocast("cpu", torch.bfloat16, enabled=self.cfg.precision == "bfloat16"):
             states, _ = self.student(mel, lengths, self.streaming, offsets)
         states = states.float()
