@@ -130,6 +130,23 @@ def test_augmented_distillation_nears_the_teacher_and_resumes_exactly(setup: Pat
     assert clean[0] == _distill(setup, setup / "aug-whole", resume=True)[0]  # validation is clean
 
 
+def test_augment_strength_probe_reads_the_cache_with_the_teacher(
+    setup: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each change moves the teacher from its clean states; an empty cache is refused."""
+    _distill(setup, tmp_path / "cached", "distill.max_steps=1")  # the cache exists
+    bench = load_bench("experiments/augment_strength")
+    teacher = str(setup / "teacher")
+    assert bench.main(["--cache", str(setup / "cache"), "--teacher", teacher, "--limit", "4"]) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if "| " in line]
+    figures = {row[1].strip(): float(row[2]) for row in rows if row[2].strip()[0].isdigit()}
+    assert list(figures) == ["warp", "colour", "reverb", "noise", "warp + colour + reverb + noise"]
+    assert all(value > 0 for value in figures.values())
+    with pytest.raises(SystemExit):
+        bench.main(["--cache", str(tmp_path), "--teacher", teacher])
+    assert "no cached teacher states" in capsys.readouterr().err
+
+
 def test_resuming_a_finished_run_takes_no_step(setup: Path) -> None:
     """The budget is checked before a step: resumed at max_steps, the run neither steps,
     validates nor rewrites its student and checkpoint."""

@@ -18,7 +18,7 @@ again as the front end does:
 - **reverb**: a room's late reverberation, as an exponentially decaying smear of power
   over later frames: reverberation time 0.15-0.8 s, direct-to-reverberant ratio 0-15 dB;
 - **noise**: stationary noise of random spectral slope, each frame and band's power drawn
-  around its level, at 5-30 dB below the speech's mean power.
+  around its level, at 5-30 dB below the utterance's mean power.
 """
 
 from __future__ import annotations
