@@ -183,6 +183,13 @@ def test_a_student_continues_from_an_earlier_one(setup: Path) -> None:
     assert second[0]["rel_mse"] == pytest.approx(first[-1]["rel_mse"], rel=1e-3)  # float16 saved
     assert second[0]["rel_mse"] < first[0]["rel_mse"]
     assert second[-1]["rel_mse"] < second[0]["rel_mse"]
+    # steps that all read worse than the earlier student leave it as the best
+    init_weights = load_encoder(setup / "first" / "student").state_dict()
+    worse = _distill(setup, setup / "worse", "distill.max_steps=2", init, "distill.lr=0.3")
+    assert worse[-1]["rel_mse"] > worse[0]["rel_mse"]
+    kept = load_encoder(setup / "worse" / "student").state_dict()
+    assert all(torch.equal(kept[k], init_weights[k]) for k in kept)
+    assert "step 0 (distill.init): held-out" in (setup / "worse" / "distill.log").read_text()
 
 
 def test_low_rank_adapters_train_only_the_adapters(setup: Path) -> None:

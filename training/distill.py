@@ -13,7 +13,8 @@ student learns to make the decoder's token distributions match those it gives re
 teacher (a KL over the teacher's likeliest tokens): it keeps what the decoder needs rather
 than every detail of states that saw the future. Checkpoints (OUT/last.pt) carry everything needed to
 continue where a killed run stopped; the student with the lowest held-out
-distance is OUT/student/encoder.safetensors, loadable like the teacher.
+distance (the start included, when it is an earlier student) is
+OUT/student/encoder.safetensors, loadable like the teacher.
 
 Examples:
   asr distill --config training/configs/distill.yaml --out exp/distill \\
@@ -439,12 +440,8 @@ class Distiller:
             state.update(saved)
             self.log(f"resumed at step {state['step']} (epoch {state['epoch'] + 1})")
         else:
-            first = self.validate()
-            state["history"].append({"step": 0, **first})
-            kl = f", decoder KL {first['kl']:.4f}" if "kl" in first else ""
-            self.log(
-                f"step 0 ({'distill.init' if self.cfg.init else 'the masked teacher'}): held-out rel MSE {first['rel_mse']:.4f}, "
-                f"cosine {first['cosine']:.4f}{kl}"
+            self._validate_and_keep(
+                state, "distill.init" if self.cfg.init else "the masked teacher"
             )
         origin = time.monotonic() - state["seconds"]
         bar = tqdm(total=self.total_steps, initial=state["step"], desc="distill", unit="step")
@@ -548,13 +545,17 @@ class Distiller:
             self.log(f"step {state['step']}: loss {value:.4f}, lr {self.cfg.lr * factor:.2e}")
         return value
 
-    def _validate_and_keep(self, state: dict) -> None:
+    def _validate_and_keep(self, state: dict, start: str = "") -> None:
+        """Validate and write the student if it is the best so far. The start (``start``
+        names it) counts when it is an earlier student: a run whose steps all read worse
+        leaves it as it was, not its least bad step; the masked teacher is no student."""
         result = self.validate()
         state["history"].append({"step": state["step"], **result})
-        better = result["objective"] < state["best"]
+        better = result["objective"] < state["best"] and (not start or bool(self.cfg.init))
         kl = f", decoder KL {result['kl']:.4f}" if "kl" in result else ""
+        label = f"step {state['step']}" + (f" ({start})" if start else "")
         self.log(
-            f"step {state['step']}: held-out rel MSE {result['rel_mse']:.4f}, "
+            f"{label}: held-out rel MSE {result['rel_mse']:.4f}, "
             f"cosine {result['cosine']:.4f}{kl}" + (" (best)" if better else "")
         )
         if better:
