@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from asr.whisper_features import HOP, N_MELS, SAMPLE_RATE, hz_to_mel, mel_edges
+from asr.whisper_features import HOP, N_MELS, SAMPLE_RATE, hz_to_mel, mel_edges, scale
 
 WARP = (0.88, 1.12)
 GAIN_DB = (-12.0, 6.0)
@@ -103,7 +103,7 @@ def augment_one(
     if "noise" in kinds:
         power = noise(power, rng.uniform(*SNR_DB), rng.uniform(*NOISE_SLOPE), rng)
     log_power = np.log10(np.maximum(power, 1e-30))
-    return ((np.maximum(log_power, floor) + 4.0) / 4.0).astype(np.float32)
+    return scale(log_power, floor)
 
 
 def augment(
