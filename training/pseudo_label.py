@@ -13,14 +13,20 @@ anything learns from them.
         --out data/real-audio/drascula/labelled.jsonl
 
 Only English clips are labelled (a manifest's ``language`` field, where it has one).
+Each batch's readings are appended to ``OUT.progress.jsonl`` as they come, so an
+interrupted run goes on where it stopped when started again with the same command (a
+different ``--beam`` or model is refused: delete the progress file to start over);
+``--min-logprob`` is applied at the end and may change between runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -28,7 +34,6 @@ from tqdm import tqdm
 from asr.bundle import default_model, load_model
 from asr.scoring import wer
 from asr.whisper_features import SAMPLE_RATE, log_mel
-from asr.whisper_finals import FinalText
 from training.dataset import entry_audio
 from training.manifest import Entry, read_manifest, write_manifest
 from training.recipes.textnorm import normalize
@@ -45,40 +50,87 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=8, help="clips decoded together")
 
 
-def label(entries: list[Entry], args: argparse.Namespace) -> list[FinalText | None]:
-    """Whisper's reading of each clip (None: longer than 30 s or not English)."""
-    recognizer = load_model(args.model or default_model())
+class Reading(NamedTuple):
+    """What decides whether a clip's label is kept: Whisper's text and its checks."""
+
+    text: str
+    avg_logprob: float
+    fallback: bool
+
+
+def progress_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".progress.jsonl")
+
+
+def read_progress(path: Path, settings: dict[str, object]) -> dict[str, Reading]:
+    """The readings an earlier run of the same settings wrote, by clip id."""
+    if not path.exists():
+        return {}
+    lines = path.read_text().splitlines()
+    earlier = json.loads(lines[0]) if lines else {}
+    if earlier != settings:
+        raise ValueError(
+            f"{path} was written with {earlier}, not {settings}: run with those settings "
+            "or delete it to label again"
+        )
+    readings = {}
+    for line in lines[1:]:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short when the run was killed
+            continue
+        readings[row["id"]] = Reading(row["text"], row["avg_logprob"], row["fallback"])
+    return readings
+
+
+def label(entries: list[Entry], args: argparse.Namespace) -> dict[str, Reading]:
+    """Whisper's reading of each English clip of at most 30 s, by id; earlier runs'
+    readings from the progress file, the rest decoded and appended to it batch by batch."""
+    model = args.model or default_model()
+    settings: dict[str, object] = {"model": str(model), "beam": args.beam}
+    progress = progress_path(args.out)
+    readings = read_progress(progress, settings)
+    wanted = [
+        e
+        for e in entries
+        if e.duration <= MAX_SECONDS
+        and e.extra.get("language", "en") == "en"
+        and e.id not in readings
+    ]
+    if not wanted:
+        return readings
+    recognizer = load_model(model)
     finals = recognizer.whisper_finals()
     if finals is None or recognizer.two_pass_problem() is not None:
         raise ValueError(
-            f"{args.model or default_model()} carries no Whisper decoder and teacher "
-            "(asr import-whisper --bundle)"
+            f"{model} carries no Whisper decoder and teacher (asr import-whisper --bundle)"
         )
     options = dataclasses.replace(
         recognizer.config.decode.whisper_finals, beam_size=args.beam, beam_max_s=MAX_SECONDS
     )
-    out: list[FinalText | None] = [None] * len(entries)
-    wanted = [
-        i
-        for i, e in enumerate(entries)
-        if e.duration <= MAX_SECONDS and e.extra.get("language", "en") == "en"
-    ]
-    for start in tqdm(range(0, len(wanted), args.batch), unit="batch", file=sys.stderr):
-        chunk = wanted[start : start + args.batch]
-        mels = [
-            torch.from_numpy(log_mel(entry_audio(entries[i], SAMPLE_RATE), -7.0)) for i in chunk
-        ]
-        for i, final in zip(chunk, finals.transcribe(mels, options)):
-            out[i] = final
-    return out
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if not progress.exists():
+        progress.write_text(json.dumps(settings) + "\n")
+    with progress.open("a") as log:
+        if len(readings):
+            print(f"{progress}: {len(readings)} clips read before", file=sys.stderr)
+        for start in tqdm(range(0, len(wanted), args.batch), unit="batch", file=sys.stderr):
+            chunk = wanted[start : start + args.batch]
+            mels = [torch.from_numpy(log_mel(entry_audio(e, SAMPLE_RATE), -7.0)) for e in chunk]
+            for entry, final in zip(chunk, finals.transcribe(mels, options)):
+                reading = Reading(final.text, final.avg_logprob, final.fallback)
+                readings[entry.id] = reading
+                log.write(json.dumps({"id": entry.id, **reading._asdict()}) + "\n")
+            log.flush()
+    return readings
 
 
-def sure(final: FinalText | None, min_logprob: float) -> bool:
+def sure(reading: Reading | None, min_logprob: float) -> bool:
     return (
-        final is not None
-        and bool(final.text)
-        and not final.fallback
-        and final.avg_logprob >= min_logprob
+        reading is not None
+        and bool(reading.text)
+        and not reading.fallback
+        and reading.avg_logprob >= min_logprob
     )
 
 
@@ -86,14 +138,15 @@ def run(args: argparse.Namespace) -> int:
     if args.beam < 1 or args.batch < 1:
         raise ValueError("--beam and --batch must be at least 1")
     entries, _ = read_manifest(args.manifest, require_text=False)
-    finals = label(entries, args)
+    readings = label(entries, args)
     kept = []
-    for entry, final in zip(entries, finals):
-        if sure(final, args.min_logprob):
-            assert final is not None
-            extra = {**entry.extra, "avg_logprob": round(final.avg_logprob, 3)}
+    for entry in entries:
+        reading = readings.get(entry.id)
+        if sure(reading, args.min_logprob):
+            assert reading is not None
+            extra = {**entry.extra, "avg_logprob": round(reading.avg_logprob, 3)}
             extra |= {"reference": entry.text} if entry.text else {}
-            kept.append(dataclasses.replace(entry, text=normalize(final.text), extra=extra))
+            kept.append(dataclasses.replace(entry, text=normalize(reading.text), extra=extra))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(args.out, kept)
     print(f"{args.out}: {len(kept)} of {len(entries)} clips labelled")
