@@ -66,20 +66,24 @@ def read_progress(path: Path, settings: dict[str, object]) -> dict[str, Reading]
     """The readings an earlier run of the same settings wrote, by clip id."""
     if not path.exists():
         return {}
-    lines = path.read_text().splitlines()
+    text = path.read_text()
+    lines = text.splitlines()
     earlier = json.loads(lines[0]) if lines else {}
     if earlier != settings:
         raise ValueError(
             f"{path} was written with {earlier}, not {settings}: run with those settings "
             "or delete it to label again"
         )
-    readings = {}
+    readings, kept = {}, lines[:1]
     for line in lines[1:]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError:  # a line cut short when the run was killed
             continue
         readings[row["id"]] = Reading(row["text"], row["avg_logprob"], row["fallback"])
+        kept.append(line)
+    if len(kept) < len(lines) or not text.endswith("\n"):
+        path.write_text("".join(line + "\n" for line in kept))  # what follows starts a line
     return readings
 
 
