@@ -455,3 +455,17 @@ def test_missing_text_source_says_how_to_install(
     with pytest.raises(SystemExit, match="--no-install-recommends r-cran-janeaustenr"):
         synth_corpus.check_setup({}, do_install=False, text=["fortune", "austen", "everyday"])
     assert TEXT_SOURCES["everyday"].missing() is None, "generated text needs nothing"
+
+
+def test_journal_torn_by_a_kill_loses_no_later_record(tmp_path: Path) -> None:
+    """A kill mid-append leaves half a line; the next run's records must not be glued to it."""
+    records = [{"id": f"u{k}", "audio": f"wavs/u{k}.wav"} for k in range(3)]
+    (tmp_path / "wavs").mkdir()
+    for record in records:
+        (tmp_path / record["audio"]).write_bytes(b"")
+    journal = tmp_path / synth_corpus.JOURNAL
+    journal.write_text(json.dumps(records[0]) + "\n" + json.dumps(records[1])[:9])
+    assert list(synth_corpus.load_journal(tmp_path)) == ["u0"]
+    with journal.open("a") as f:  # as the run after the kill appends its batches
+        f.write(json.dumps(records[2]) + "\n")
+    assert list(synth_corpus.load_journal(tmp_path)) == ["u0", "u2"]

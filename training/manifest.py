@@ -186,6 +186,27 @@ def _json_line(raw: bytes, first: bool) -> Any:
         raise ValueError(f"bad JSON ({err})") from None
 
 
+def read_journal(path: Path) -> list[Any]:
+    """The rows of an append-only JSON-lines journal (a long job's progress). A line cut
+    short when the job was killed is dropped and the file rewritten without it, so the next
+    append starts a line of its own and no later row is lost with it."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    rows, kept = [], []
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+        kept.append(line)
+    if len(kept) < len(text.splitlines()) or (text and not text.endswith("\n")):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    return rows
+
+
 def write_manifest(path: str | Path, entries: Iterable[Entry]) -> int:
     """Write entries atomically (a reader never sees half a manifest); returns the count."""
     path = Path(path)

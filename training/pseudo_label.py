@@ -35,7 +35,7 @@ from asr.bundle import default_model, load_model
 from asr.scoring import wer
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from training.dataset import entry_audio
-from training.manifest import Entry, read_manifest, write_manifest
+from training.manifest import Entry, read_journal, read_manifest, write_manifest
 from training.recipes.textnorm import normalize
 
 MAX_SECONDS = 30.0  # Whisper's window
@@ -64,27 +64,14 @@ def progress_path(out: Path) -> Path:
 
 def read_progress(path: Path, settings: dict[str, object]) -> dict[str, Reading]:
     """The readings an earlier run of the same settings wrote, by clip id."""
-    if not path.exists():
-        return {}
-    text = path.read_text()
-    lines = text.splitlines()
-    earlier = json.loads(lines[0]) if lines else {}
-    if earlier != settings:
+    rows = read_journal(path)
+    earlier = rows[0] if rows else {}
+    if rows and earlier != settings:
         raise ValueError(
             f"{path} was written with {earlier}, not {settings}: run with those settings "
             "or delete it to label again"
         )
-    readings, kept = {}, lines[:1]
-    for line in lines[1:]:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short when the run was killed
-            continue
-        readings[row["id"]] = Reading(row["text"], row["avg_logprob"], row["fallback"])
-        kept.append(line)
-    if len(kept) < len(lines) or not text.endswith("\n"):
-        path.write_text("".join(line + "\n" for line in kept))  # what follows starts a line
-    return readings
+    return {r["id"]: Reading(r["text"], r["avg_logprob"], r["fallback"]) for r in rows[1:]}
 
 
 def label(entries: list[Entry], args: argparse.Namespace) -> dict[str, Reading]:
@@ -113,7 +100,7 @@ def label(entries: list[Entry], args: argparse.Namespace) -> dict[str, Reading]:
         recognizer.config.decode.whisper_finals, beam_size=args.beam, beam_max_s=MAX_SECONDS
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    if not progress.exists():
+    if not progress.exists() or not progress.stat().st_size:  # none, or only a torn line
         progress.write_text(json.dumps(settings) + "\n")
     with progress.open("a") as log:
         if len(readings):

@@ -58,6 +58,7 @@ import soxr
 from tqdm import tqdm
 
 from training.lm_cli import read_texts, sentence_key
+from training.manifest import read_journal
 from training.recipes import augment, kokoro
 from training.recipes.engines import ENGINES, Engine, Params
 from training.recipes.sources import DEFAULT_TEXT, TEXT_SOURCES, Sentence, load_text
@@ -307,18 +308,8 @@ def synthesize_batch(batch: list[Utterance], out: Path) -> list[dict[str, Any]]:
 
 
 def load_journal(out: Path) -> dict[str, dict[str, Any]]:
-    """Finished records whose WAV still exists; a torn last line from a kill is ignored."""
-    path = out / JOURNAL
-    done: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if (out / record["audio"]).exists():
-                done[record["id"]] = record
-    return done
+    """Finished records whose WAV still exists (a torn last line from a kill is dropped)."""
+    return {r["id"]: r for r in read_journal(out / JOURNAL) if (out / r["audio"]).exists()}
 
 
 def batches(todo: list[Utterance], seed: int) -> list[list[Utterance]]:
