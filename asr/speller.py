@@ -127,13 +127,21 @@ class SpellerModel:
         rules: TokenRules,
         vocabulary: WhisperVocabulary,
         silence: Memory,
+        wait: int | None = None,
     ) -> None:
         self.decoder = decoder
         self.rules = rules
         self.vocabulary = vocabulary
         self.silence = silence
+        # what the decoder says when the memory so far holds no more words: the end of text
+        # for Whisper's own decoder; adapters that learnt a token of their own for it
+        # (``WAIT_KEY``) keep "wait" apart from the end, so a closed segment's whole memory
+        # that ends in speech is not read as one cut short (research record)
+        self.wait = vocabulary.end if wait is None else wait
         size = len(decoder.embed.weight)
         self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
+        if self.wait != self.end:  # said only while a segment is open (its open masks)
+            self.suppress[self.wait] = self.suppress_begin[self.wait] = True
         self.numerals = vocabulary.numerals(size)  # suppressed by SpellerOptions.numbers "words"
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
@@ -173,11 +181,14 @@ class SpellerModel:
         float32 (the policy was trained on float32 readings: the finals' bfloat16 copy
         reads 0.01-0.05 nats apart) or, with ``bfloat16``, as the finals serve it."""
         decoder, rules = load_decoder(decoder_file)
+        vocabulary = WhisperVocabulary.load(tokenizer_file)
+        wait = None
         if adapter is not None:
             apply_adapter_weights(decoder.layers, LINEARS, load_file(str(adapter)))
+            wait = adapter_wait(adapter, vocabulary)
         if bfloat16:
             decoder = decoder.in_bfloat16()
-        return cls.of(decoder, rules, WhisperVocabulary.load(tokenizer_file), silent)
+        return cls(decoder, rules, vocabulary, decoder.memory(silent), wait)
 
     @property
     def end(self) -> int:
@@ -543,6 +554,7 @@ def learnt_on(bundle: Path) -> dict[str, str]:
 
 
 NO_ADAPTER = "none"  # a policy learnt on Whisper's decoder as it is (or before adapters)
+WAIT_KEY = "wait"  # adapters' metadata: the token they say for "wait" (none: the end)
 UNNAMED = {"adapter_sha1": NO_ADAPTER}  # what a file that names nothing was learnt on
 
 
@@ -561,6 +573,18 @@ def metadata_for(path: Path, expected: Mapping[str, str], remedy: str) -> dict[s
                 f"it again with `{remedy}`"
             )
     return meta
+
+
+def adapter_wait(path: Path, vocabulary: WhisperVocabulary) -> int | None:
+    """The token adapters learnt to say for "wait" (their ``WAIT_KEY`` metadata), or None:
+    adapters that name none wait by the end of text."""
+    token = metadata_for(path, {}, "asr tune-speller").get(WAIT_KEY)
+    if token is None:
+        return None
+    found = vocabulary.tokenizer.token_to_id(token)
+    if found is None:
+        raise ValueError(f"{path}: its wait token {token!r} is not in Whisper's vocabulary")
+    return found
 
 
 def bundle_adapter(bundle: Path) -> Path | None:
@@ -610,6 +634,10 @@ class Speller:
         self.memory = GrowingMemory(model.decoder, silence)
         # the tokens never written, and never written first, while the segment is open
         self._open_masks = (model.suppress, model.suppress_begin)
+        if model.wait != model.end:  # the adapters' own "wait", said only while open
+            self._open_masks = tuple(m.clone() for m in self._open_masks)
+            for mask in self._open_masks:
+                mask[model.wait] = False
         if self.options.numbers == "words":
             self._open_masks = tuple(m | model.numerals for m in self._open_masks)
         self._states: list[Tensor] = []
@@ -737,7 +765,7 @@ class Speller:
         """Whether an open segment may let ``reading``'s token out: not the end (the memory
         so far says nothing more), nor a token that makes the text a loop (the decoder is
         stuck on the memory so far): either waits for more states."""
-        if reading.token == self.model.end:
+        if reading.token in (self.model.end, self.model.wait):
             return False
         return loop_start([*hyp.tokens, reading.token], shortest_span=LOOP_SPAN) is None
 

@@ -301,6 +301,30 @@ def test_a_cut_mid_word_does_not_end_the_segment(bundle: tuple[Frontend, Speller
     assert speller.text.lower().startswith(("the census", "the sense"))
 
 
+def test_an_own_wait_token_waits_while_open_and_is_never_written(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """Adapters may say "wait" by a token of their own (here the sentence's first token
+    plays it): while the segment is open the speller waits where the decoder says it, and
+    at the close it is never written, so the decoder reads on to its end of text."""
+    frontend, model = bundle
+    samples, _ = heldout("test_seen_voices", 0)
+    states = np.concatenate(arrivals(frontend, samples, [len(samples)]))
+    plain = Speller(model, Immediate())
+    plain.accept(states)
+    plain.finish()
+    assert model.wait == model.end  # Whisper's own decoder waits by the end of text
+    first = plain.tokens[0]
+    waiting = SpellerModel(model.decoder, model.rules, model.vocabulary, model.silence, first)
+    speller = Speller(waiting, Immediate())
+    said = speller.accept(states[:-10])
+    assert all(e.token != first for e in said)
+    assert not speller.hypothesis.done
+    speller.finish(states[-10:])
+    assert speller.tokens and first not in speller.tokens
+    assert speller.tokens[-1] != model.end
+
+
 @dataclass(frozen=True)
 class FromState:
     """A policy of the test's own: nothing before ``first`` states, then at once."""

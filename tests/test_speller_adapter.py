@@ -1,8 +1,9 @@
 """Whisper's decoder taught to wait (training/speller_adapter.py, ``asr tune-speller``): the
 prefix targets, adapters that merge at load into exactly the decoder they trained, and a
-run of real steps on the bundle that lowers the held-out loss and teaches the end of text
-at memories cut mid-speech; a bundle carrying the adapters streams with a decoder of its
-own, and refuses adapters learnt on another student."""
+run of real steps on the bundle that lowers the held-out loss and teaches "wait"
+(here Whisper's no-speech token, ``--wait no-speech``) at memories cut mid-speech; a bundle carrying the adapters
+streams with a decoder of its own, waiting by their token, and refuses adapters learnt on
+another student."""
 
 from __future__ import annotations
 
@@ -24,17 +25,18 @@ from asr.whisper_decoder import LINEARS, WhisperTextDecoder
 from tests.test_bundled_model import HELDOUT, MODEL
 from training.speller_adapter import Example, add_arguments, prefix_target, run
 
-END = 99
+END, WAIT = 99, 98
 
 
-def test_the_target_is_the_words_ended_by_the_cut_then_the_end() -> None:
-    """Tokens 1-2 are one word ending at state 10, token 3 one ending at 40, token 4 at 60."""
+def test_the_target_is_the_words_ended_by_the_cut_then_wait() -> None:
+    """Tokens 1-2 are one word ending at state 10, token 3 one ending at 40, token 4 at 60;
+    only the whole memory ends the text."""
     example = Example(torch.zeros(64, 4), [1, 2, 3, 4], [10, 10, 40, 60])
-    assert prefix_target(example, 9, END) == [END]  # nothing said yet: wait
-    assert prefix_target(example, 16, END) == [1, 2, END]
-    assert prefix_target(example, 48, END) == [1, 2, 3, END]
-    assert prefix_target(example, 60, END) == [1, 2, 3, 4, END]
-    assert prefix_target(example, None, END) == [1, 2, 3, 4, END]
+    assert prefix_target(example, 9, END, WAIT) == [WAIT]  # nothing said yet
+    assert prefix_target(example, 16, END, WAIT) == [1, 2, WAIT]
+    assert prefix_target(example, 48, END, WAIT) == [1, 2, 3, WAIT]
+    assert prefix_target(example, 60, END, WAIT) == [1, 2, 3, 4, WAIT]
+    assert prefix_target(example, None, END, WAIT) == [1, 2, 3, 4, END]
 
 
 def tiny_decoder() -> WhisperTextDecoder:
@@ -81,7 +83,7 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
         + ["--valid", str(HELDOUT / "test_unseen_voices.jsonl"), "--limit", "6"]
         + ["--teacher-cache", str(work / "teacher"), "--cache", str(work / "states")]
         + ["--out", str(work / "out"), "--epochs", "4", "--batch", "3", "--lr", "1e-3"]
-        + ["--warmup", "2", "--valid-every", "4"]
+        + ["--warmup", "2", "--valid-every", "4", "--wait", "no-speech"]
     )
     assert run(args) == 0
     return work / "out"
@@ -126,6 +128,7 @@ def test_a_bundle_with_adapters_streams_with_a_decoder_of_its_own(
         ours = model.decoder(tokens, model.decoder.memory(states))
         theirs = finals.decoder(tokens, finals.decoder.memory(states))
     assert (ours - theirs).abs().max() > 1e-2  # the adapters are merged in the streaming one
+    assert model.wait == model.vocabulary.no_speech != model.end  # as they learnt to wait
     assert not torch.equal(model.silence[0][0], finals.silence[0][0])
 
 

@@ -7,9 +7,14 @@ adapters on every linear of its layers (its own weights frozen: what it knows of
 stays), to read a cut memory as a prefix (prefix truncation, as CarelessWhisper, Krichli
 et al. 2025, trains Whisper): for the bundle's streaming student's states up to a chunk
 end b, then the teacher's encoded silence as the speller reads past a boundary, the target
-is the tokens of the words that end by b, then the end of text, which the speller reads
-as "wait". A share of examples read the whole memory with the whole transcript, so the
-decoder also adapts to the student's states, where it read the teacher's.
+is the tokens of the words that end by b, then "wait": the end of text, which the speller
+never lets out while a segment is open, or (``--wait no-speech``) Whisper's no-speech
+token, which it never writes at all. A share of examples read the whole memory with the
+whole transcript and the end of text, so the decoder also adapts to the student's states,
+where it read the teacher's. A "wait" of its own keeps a segment's close, which reads the
+whole memory, from being taken for a cut (adapters that wait by the end dropped the last
+words of clips that end in speech on one student), but it spells numbers while the
+segment is open where waiting by the end held them for the close (research record).
 
 Targets: Whisper's own greedy transcript of each English clip from the full-attention
 teacher's states, and each token's word end from its alignment heads (as the finals time
@@ -49,14 +54,16 @@ from tqdm import tqdm
 
 from asr.adapters import adapter_weights, add_adapters, restore_adapters
 from asr.config import WhisperConfig
-from asr.speller import ADAPTER_FILE, CHUNK_STATES, student_sha1
+from asr.speller import ADAPTER_FILE, CHUNK_STATES, WAIT_KEY, student_sha1
 from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder, load_decoder
 from asr.whisper_features import SAMPLE_RATE
 from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states, token_ends
-from asr.whisper_text import WhisperVocabulary
+from asr.whisper_text import NO_SPEECH, WhisperVocabulary
 from training.distill import Cached, cache_teacher, cache_words, english
 from training.speller import word_ends
 from training.train import StopSignals, configure_cpu, lr_factor
+
+WAITS = ("end", "no-speech")  # --wait: the token a cut memory's target ends with
 
 if TYPE_CHECKING:
     from asr.recognizer import Recognizer
@@ -75,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--rank", type=int, default=8, help="adapters' rank")
     parser.add_argument("--whole-share", type=float, default=0.3, help="examples read whole")
+    parser.add_argument(
+        "--wait",
+        choices=WAITS,
+        default="end",
+        help="what the decoder learns to say at a cut: the end of text, or Whisper's "
+        "no-speech token (never written)",
+    )
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=50, help="steps")
@@ -129,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         )
     tuner = AdapterTuner(finals, train, valid, args)
     tuner.meta = {"student_sha1": student_sha1(args.model), "rank": str(args.rank)}
+    if args.wait == "no-speech":
+        tuner.meta[WAIT_KEY] = NO_SPEECH
     stopped_by = tuner.fit(resume=args.resume)
     return 128 + stopped_by if stopped_by else 0
 
@@ -225,15 +241,15 @@ def alignment_ends(finals: WhisperFinals, teacher: Tensor, tokens: list[int]) ->
     return token_ends(scores[0, :, len(prompt) - 1 :, : len(teacher)])
 
 
-def prefix_target(example: Example, cut: int | None, end: int) -> list[int]:
-    """What the decoder should say reading the memory up to ``cut`` states (None: whole):
-    the tokens of the words that end by then, and the end of text (the speller's wait)."""
+def prefix_target(example: Example, cut: int | None, end: int, wait: int) -> list[int]:
+    """What the decoder should say reading the memory up to ``cut`` states: the tokens of
+    the words that end by then, and ``wait``; read whole (None), every token and ``end``."""
     if cut is None:
         return [*example.tokens, end]
     said = 0
     while said < len(example.tokens) and example.word_ends[said] <= cut:
         said += 1
-    return [*example.tokens[:said], end]
+    return [*example.tokens[:said], wait]
 
 
 def random_cut(example: Example, whole_share: float, rng: random.Random) -> int | None:
@@ -258,6 +274,7 @@ class AdapterTuner:
         self.decoder = finals.decoder.train()
         self.prompt = list(finals.vocabulary.prompt)
         self.end = finals.vocabulary.end
+        self.wait = finals.vocabulary.no_speech if args.wait == "no-speech" else self.end
         self.train, self.valid, self.args = train, valid, args
         add_adapters(self.decoder, self.decoder.layers, LINEARS, args.rank)
         # what the speller reads past a boundary, through the adapted cross-attention
@@ -271,9 +288,9 @@ class AdapterTuner:
         self.valid_cuts = [random_cut(e, 0.0, rng) for e in valid]
 
     def loss(self, examples: list[Example], cuts: list[int | None]) -> tuple[Tensor, Tensor, int]:
-        """Summed cross-entropy over the targets' tokens, the number of waits (end tokens
-        at a cut) read right, and the number of tokens."""
-        targets = [prefix_target(e, c, self.end) for e, c in zip(examples, cuts)]
+        """Summed cross-entropy over the targets' tokens, the number of waits (at a cut)
+        read right, and the number of tokens."""
+        targets = [prefix_target(e, c, self.end, self.wait) for e, c in zip(examples, cuts)]
         width = max(len(t) for t in targets)
         inputs = torch.tensor(
             [[*self.prompt, *t[:-1]] + [self.end] * (width - len(t)) for t in targets]
@@ -291,8 +308,8 @@ class AdapterTuner:
         last = valid.sum(1) - 1
         rows = torch.arange(len(targets))
         waits = [c is not None for c in cuts]
-        said_end = (logp[rows, last].argmax(-1) == self.end) & torch.tensor(waits)
-        return -(picked[valid].sum()), said_end.sum(), int(valid.sum())
+        said_wait = (logp[rows, last].argmax(-1) == self.wait) & torch.tensor(waits)
+        return -(picked[valid].sum()), said_wait.sum(), int(valid.sum())
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
