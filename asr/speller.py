@@ -157,18 +157,6 @@ class SpellerModel:
         return self._final.state
 
     @classmethod
-    def of(
-        cls,
-        decoder: WhisperTextDecoder,
-        rules: TokenRules,
-        vocabulary: WhisperVocabulary,
-        silent: Tensor,
-    ) -> SpellerModel:
-        """The shared part, with ``decoder``'s memory of ``silent``, a teacher's states of a
-        silent window (:func:`asr.whisper_finals.silent_states`)."""
-        return cls(decoder, rules, vocabulary, decoder.memory(silent))
-
-    @classmethod
     def load(
         cls,
         decoder_file: Path,
@@ -177,9 +165,11 @@ class SpellerModel:
         adapter: Path | None = None,
         bfloat16: bool = False,
     ) -> SpellerModel:
-        """From a bundle's Whisper files (and its :func:`bundle_adapter`), the decoder in
-        float32 (the policy was trained on float32 readings: the finals' bfloat16 copy
-        reads 0.01-0.05 nats apart) or, with ``bfloat16``, as the finals serve it."""
+        """From a bundle's Whisper files (and its :func:`bundle_adapter`), with the decoder's
+        memory of ``silent``, a teacher's states of a silent window
+        (:func:`asr.whisper_finals.silent_states`); the decoder in float32 (the policy was
+        trained on float32 readings: the finals' bfloat16 copy reads 0.01-0.05 nats apart)
+        or, with ``bfloat16``, as the finals serve it."""
         decoder, rules = load_decoder(decoder_file)
         vocabulary = WhisperVocabulary.load(tokenizer_file)
         wait = None
