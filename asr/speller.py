@@ -140,9 +140,17 @@ class SpellerModel:
         self.wait = vocabulary.end if wait is None else wait
         size = len(decoder.embed.weight)
         self.suppress, self.suppress_begin = rules.masks(size, vocabulary.text_tokens)
-        if self.wait != self.end:  # said only while a segment is open (its open masks)
+        # while a segment is open, by SpellerOptions.numbers: the same masks, but with the
+        # adapters' own "wait" said (never at the close), and for "words" numerals suppressed
+        opened = (self.suppress.clone(), self.suppress_begin.clone())
+        if self.wait != self.end:
             self.suppress[self.wait] = self.suppress_begin[self.wait] = True
-        self.numerals = vocabulary.numerals(size)  # suppressed by SpellerOptions.numbers "words"
+            opened[0][self.wait] = opened[1][self.wait] = False
+        numerals = vocabulary.numerals(size)
+        self.open_masks: dict[Numbers, tuple[Tensor, Tensor]] = {
+            "digits": opened,
+            "words": (opened[0] | numerals, opened[1] | numerals),
+        }
         # the decoder's final-layer state (its last norm's output) of this thread's last
         # step: the decoder's step returns log-probabilities only, and the decoder is shared
         # with other threads (the finals' own), so each thread keeps its own
@@ -623,13 +631,7 @@ class Speller:
         silence = model.silence if self.options.beyond == "silence" else None
         self.memory = GrowingMemory(model.decoder, silence)
         # the tokens never written, and never written first, while the segment is open
-        self._open_masks = (model.suppress, model.suppress_begin)
-        if model.wait != model.end:  # the adapters' own "wait", said only while open
-            self._open_masks = tuple(m.clone() for m in self._open_masks)
-            for mask in self._open_masks:
-                mask[model.wait] = False
-        if self.options.numbers == "words":
-            self._open_masks = tuple(m | model.numerals for m in self._open_masks)
+        self._open_masks = model.open_masks[self.options.numbers]
         self._states: list[Tensor] = []
         self.beam = [Hypothesis(list(model.vocabulary.prompt))]  # best first
         self._shown: list[int] = []  # the tokens of the best hypothesis last let out

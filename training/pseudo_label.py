@@ -65,10 +65,9 @@ def progress_path(out: Path) -> Path:
 def read_progress(path: Path, settings: dict[str, object]) -> dict[str, Reading]:
     """The readings an earlier run of the same settings wrote, by clip id."""
     rows = read_journal(path)
-    earlier = rows[0] if rows else {}
-    if rows and earlier != settings:
+    if rows and rows[0] != settings:
         raise ValueError(
-            f"{path} was written with {earlier}, not {settings}: run with those settings "
+            f"{path} was written with {rows[0]}, not {settings}: run with those settings "
             "or delete it to label again"
         )
     return {r["id"]: Reading(r["text"], r["avg_logprob"], r["fallback"]) for r in rows[1:]}
