@@ -562,12 +562,16 @@ def quantized(encoder: WhisperEncoder, rows: bool = True) -> WhisperEncoder:
     return copied
 
 
+def weights_file(path: str | Path) -> Path:
+    """The weights file ``path`` names: a directory's ``encoder.safetensors``, or the file."""
+    path = Path(path)
+    return path / WEIGHTS_FILE if path.is_dir() or not path.suffix else path
+
+
 def load_encoder(path: str | Path) -> WhisperEncoder:
     """Load weights written by ``asr import-whisper`` or ``asr distill`` (a directory holding
     ``encoder.safetensors``, or the file itself) in float32."""
-    path = Path(path)
-    if path.is_dir() or not path.suffix:
-        path = path / WEIGHTS_FILE
+    path = weights_file(path)
     if not path.is_file():
         raise FileNotFoundError(
             f"{path} is missing (`asr import-whisper` writes the teacher, `asr distill` students)"

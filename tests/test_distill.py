@@ -4,6 +4,7 @@ uninterrupted one does."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -386,6 +387,34 @@ def test_the_decoder_level_loss_is_nil_at_the_teacher_and_reaches_the_states(
     assert moved.grad is not None
     assert float(moved.grad[0, : int(lengths[0])].abs().sum()) > 0
     assert float(moved.grad[0, int(lengths[0]) :].abs().sum()) == 0  # padding is not read
+
+
+def test_the_teacher_cache_is_keyed_by_the_teachers_weights_not_their_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A bundle copied to carry a new student names the same teacher by another path: its
+    runs find the teacher's states already computed; another teacher's weights do not."""
+    from asr.config import WhisperConfig
+    from training.distill import cache_teacher
+    from training.manifest import read_manifest
+
+    entries = read_manifest(
+        _manifest(tmp_path / "m.jsonl", _rows("test_seen_voices", 0, 2)), require_text=False
+    )[0]
+    teacher_file = BUNDLE / "whisper_teacher.safetensors"
+    teacher = load_encoder(teacher_file)
+    cache = tmp_path / "cache"
+    cfg = WhisperConfig(teacher=str(teacher_file))
+    first = cache_teacher(entries, teacher, cfg, cache, "t")
+    assert "(2 computed" in capsys.readouterr().out
+    (tmp_path / "copy").symlink_to(BUNDLE)
+    moved = dataclasses.replace(cfg, teacher=str(tmp_path / "copy" / teacher_file.name))
+    again = cache_teacher(entries, teacher, moved, cache, "t")
+    assert "(0 computed" in capsys.readouterr().out
+    assert [c.path for c in again] == [c.path for c in first]
+    other = dataclasses.replace(cfg, teacher=str(BUNDLE / "whisper_encoder.safetensors"))
+    cache_teacher(entries, teacher, other, cache, "t")
+    assert "(2 computed" in capsys.readouterr().out
 
 
 def test_a_manifest_given_twice_weighs_twice_and_is_encoded_once(

@@ -43,8 +43,15 @@ from tqdm import tqdm
 
 from asr.adapters import add_adapters, merge_adapters
 from asr.config import Config, WhisperConfig, WhisperFinalsConfig
+from asr.speller import file_sha1
 from asr.whisper_decoder import DECODER_FILE, load_decoder
-from asr.whisper_encoder import LAYER_LINEARS, WEIGHTS_FILE, WhisperEncoder, load_encoder
+from asr.whisper_encoder import (
+    LAYER_LINEARS,
+    WEIGHTS_FILE,
+    WhisperEncoder,
+    load_encoder,
+    weights_file,
+)
 from asr.whisper_features import SAMPLE_RATE, log_mel
 from asr.whisper_finals import WhisperFinals
 from asr.whisper_text import TOKENIZER_FILE, WhisperVocabulary
@@ -104,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
     return 128 + stopped_by if stopped_by else 0  # 130 for SIGINT, 143 for SIGTERM
 
 
-def _cache_name(entry: Entry, cfg: WhisperConfig) -> str:
-    key = json.dumps([entry.audio, entry.offset, entry.end, cfg.teacher, cfg.floor])
+def _cache_name(entry: Entry, teacher: str, floor: float) -> str:
+    key = json.dumps([entry.audio, entry.offset, entry.end, teacher, floor])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
@@ -119,7 +126,10 @@ def cache_teacher(
     costs a third of one utterance at a time here.
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
-    paths = {e.id: cache_dir / _cache_name(e, cfg) for e in entries}
+    # keyed by the teacher's weights, not their path: a run from another bundle holding the
+    # same teacher (a copy carrying a new student) finds the states already computed
+    sha1 = file_sha1(weights_file(cfg.teacher))
+    paths = {e.id: cache_dir / _cache_name(e, sha1, cfg.floor) for e in entries}
     # once each, though a manifest given twice (to weigh it) lists its entries twice
     todo = list({e.id: e for e in entries if not paths[e.id].is_file()}.values())
     skipped = 0
