@@ -232,3 +232,112 @@ def test_a_failed_training_stops_the_other_before_the_recipe_exits(tmp_path: Pat
         assert finish(recipe, runs) == 1  # the failure's status, at once, not after the other
         assert events(runs[1])[1:] == ["failed"]
         assert events(runs[0])[1:] == ["interrupted", "saved"]  # stopped as by Ctrl-C, waited
+
+
+# Stand-ins for `python -m ...` and `asr ...` in training/recipes/real_student.sh: each notes
+# its command line in $CALLS and writes what the recipe's next steps read.
+STAND_IN = """#!/usr/bin/env python3
+import os, sys
+from pathlib import Path
+
+args = sys.argv[1:]
+with open(os.environ["CALLS"], "a") as f:
+    f.write(" ".join([Path(sys.argv[0]).name, *args]) + "\\n")
+out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+what = args[1] if args[0] in ("-m", "prepare") else args[0]
+
+
+def write(path, text="x"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+if what == "training.recipes.synth_corpus":
+    write(out / "train.jsonl")
+elif what == "training.recipes.distill_mix":
+    write(out / "train_manifests.txt", f"[{out}/real_en.jsonl,{out}/synth-11k/manifest.jsonl]")
+elif what in ("pseudo-label", "merge"):
+    write(out)
+elif what == "distill":
+    write(out / "student" / "encoder.safetensors", f"student of {out}")
+    write(out / "distill.log", "done: best held-out rel MSE 0.2\\n")
+elif what == "train":
+    for name in ("model.safetensors", "cmvn.json"):
+        write(out / "best_bundle" / name, f"{name} of {out}")
+elif what in ("tune-speller", "train-speller"):
+    kind = "adapter" if what == "tune-speller" else "policy"
+    write(out / f"speller_{kind}.safetensors", f"{kind} of {out}")
+elif out is not None:
+    out.mkdir(parents=True, exist_ok=True)
+"""
+
+
+def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_resumes(
+    tmp_path: Path,
+) -> None:
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    for name in ("python", "asr"):
+        (stub / name).write_text(STAND_IN)
+        (stub / name).chmod(0o755)
+    data, base = tmp_path / "live", tmp_path / "base"
+    for path in (data / "dev.jsonl", data / "test_short.jsonl", base / "config.json"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    for name in ("whisper_encoder", "speller_adapter", "speller_policy", "model"):
+        (base / f"{name}.safetensors").write_text(f"the base's {name}")
+    (base / "README.md").write_text("the base's card")
+    calls = tmp_path / "calls.txt"
+    env = {
+        **os.environ,
+        "PATH": f"{stub}:/usr/bin:/bin",
+        "CALLS": str(calls),
+        "DATA": str(data),
+        "BASE": str(base),
+        "MIX": str(tmp_path / "mix"),
+        "REAL_AUDIO": str(tmp_path / "real"),
+        "EXP": str(tmp_path / "exp"),
+    }
+    recipe = REPO / "training" / "recipes" / "real_student.sh"
+
+    def run() -> list[list[str]]:
+        calls.write_text("")
+        done = subprocess.run(
+            ["bash", str(recipe)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return [line.split() for line in calls.read_text().splitlines()]
+
+    first = run()
+    order = [c[2] if c[1] == "-m" else c[1] for c in first]
+    assert order.index("training.recipes.real_audio") < order.index("training.recipes.distill_mix")
+    assert order.index("pseudo-label") < order.index("distill") < order.index("train")
+    assert order.index("train") < order.index("tune-speller") < order.index("train-speller")
+    held = {str(data / "dev.jsonl"), str(data / "test_short.jsonl")}
+    draws = [c for c in first if "training.recipes.synth_corpus" in c]
+    assert len(draws) == 5  # the mix's speech, the short dev split, three supplements
+    for draw in draws:
+        assert held <= set(draw[draw.index("--exclude") + 1 :])
+    supplements = [d for d in draws if "everyday" in d[d.index("--text") + 1]]
+    for draw in supplements[1:]:  # the dev sets that choose are never spoken either
+        assert {str(tmp_path / "mix" / "real_dev.jsonl")} <= set(draw)
+    epoch, student = [c for c in first if c[1] == "distill"]
+    assert f"distill.init={tmp_path}/exp/epoch/student/encoder.safetensors" in student
+    assert f"distill.init={base}/whisper_encoder.safetensors" in epoch
+    assert f"distill.train_manifests=[{tmp_path}/mix/real_en.jsonl," in " ".join(student)
+    bundle = tmp_path / "exp" / "bundle"
+    assert (bundle / "whisper_encoder.safetensors").read_text().startswith("student of")
+    assert "exp/student" in (bundle / "whisper_encoder.safetensors").read_text()
+    assert (bundle / "model.safetensors").read_text().startswith("model.safetensors of")
+    assert (bundle / "speller_adapter.safetensors").read_text().startswith("adapter of")
+    assert (bundle / "speller_policy.safetensors").read_text().startswith("policy of")
+    assert not (bundle / "README.md").exists()  # the base's card is not this bundle's
+    again = [c[2] if c[1] == "-m" else c[1] for c in run()]
+    for finished in ("distill", "pseudo-label", "training.recipes.distill_mix"):
+        assert finished not in again
+    assert "tune-speller" not in again and "train-speller" not in again

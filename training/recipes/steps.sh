@@ -33,6 +33,19 @@ settle_killed_step() {  # $1 = steps.tsv: a killed step's time, start to its las
   rm -f "$tsv.running"
 }
 
+ENGINES=(kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1)  # the corpus's voices
+
+supplement() {  # $1 = folder, $2 = hours, $3 = seed, $4 = dev utterances, $5 = most words a
+  # sentence may have (0: any), then manifests whose sentences it must not speak (the
+  # held-out splits among them): everyday material (numbers, letters, commands, one or two
+  # words: what test_short measures, and 1 of the corpus's 11.5 train hours), its own seed
+  local out=$1 hours=$2 seed=$3 dev=$4 words=$5
+  shift 5
+  python -m training.recipes.synth_corpus --out "$out" --hours "$hours" --seed "$seed" --jobs 2 \
+    --install --engines "${ENGINES[@]}" --text everyday --test-size 0 --dev-size "$dev" \
+    --max-words "$words" --exclude "$@"
+}
+
 distill_student() {  # $1 = run dir, $2 = corpus dir, then config overrides
   local out=$1 data=$2
   shift 2

@@ -52,7 +52,6 @@ export INIT BASELINE_INIT INIT_LR=${INIT_LR:-0.0005}
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 
-ENGINES=(kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1)
 TRAIN=$DATA/train_all.jsonl  # the corpus's train split and the everyday supplements'
 DEV=$DATA/dev_all.jsonl  # the corpus's dev split and the second supplement's
 
@@ -62,27 +61,17 @@ corpus() {
     --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
 }
 
-supplement() {  # $1 = folder in $DATA, $2 = hours, $3 = seed, $4 = dev utterances, $5 = most
-  # words a sentence may have (0: any), then manifests whose sentences it must not speak:
-  # everyday material (numbers, letters, commands, one or two words: what test_short
-  # measures, and 1 of the corpus's 11.5 train hours), its own seed, no held-out sentence
-  local out=$DATA/$1 hours=$2 seed=$3 dev=$4 words=$5
-  shift 5
-  python -m training.recipes.synth_corpus --out "$out" --hours "$hours" --seed "$seed" --jobs 2 \
-    --install --engines "${ENGINES[@]}" --text everyday --test-size 0 --dev-size "$dev" \
-    --max-words "$words" --exclude "$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}" "$@"
-}
-
 everyday() {  # 3 hours, then 2 more of sentences neither the corpus nor the first speaks,
   # with 100 for validation: the corpus's dev split holds few short utterances, so alone it
   # chose checkpoints that read them worse. Then 1.5 hours of 1-3 words only, 100 of them for
   # validation: the supplements' sentences average 5.4 words and the model read their dev
   # split at 4.4% but its 1-3 word sentences at 10.4%. Training reads the corpus's train
   # split and all three.
+  local held=("$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}")
   local spoken=("$DATA/train.jsonl" "$DATA/everyday/train.jsonl")
-  supplement everyday 3 6 0 0
-  supplement everyday2 2 7 100 0 "${spoken[@]}"
-  supplement short 1.5 8 100 3 "${spoken[@]}" "$DATA"/everyday2/{train,dev}.jsonl
+  supplement "$DATA/everyday" 3 6 0 0 "${held[@]}"
+  supplement "$DATA/everyday2" 2 7 100 0 "${held[@]}" "${spoken[@]}"
+  supplement "$DATA/short" 1.5 8 100 3 "${held[@]}" "${spoken[@]}" "$DATA"/everyday2/{train,dev}.jsonl
   asr prepare merge "$DATA/train.jsonl" "$DATA"/{everyday,everyday2,short}/train.jsonl --out "$TRAIN"
   asr prepare merge "$DATA/dev.jsonl" "$DATA"/{everyday2,short}/dev.jsonl --out "$DEV"
 }
