@@ -20,10 +20,20 @@ from safetensors.torch import load_file, save_file
 
 from asr.adapters import adapter_weights, add_adapters, apply_adapter_weights, merge_adapters
 from asr.bundle import load_model
+from asr.config import WhisperConfig
 from asr.speller import ADAPTER_FILE, POLICY_FILE, learnt_on
 from asr.whisper_decoder import LINEARS, WhisperTextDecoder
 from tests.test_bundled_model import HELDOUT, MODEL
-from training.speller_adapter import Example, add_arguments, prefix_target, run
+from training.distill import cache_teacher, cache_words
+from training.manifest import read_manifest
+from training.speller_adapter import (
+    Example,
+    add_arguments,
+    cache_examples,
+    float32_finals,
+    prefix_target,
+    run,
+)
 
 END, WAIT = 99, 98
 
@@ -146,3 +156,36 @@ def test_adapters_learnt_on_another_student_are_refused(tuned: Path, tmp_path: P
     recognizer = load_model(bundle_with(other, tmp_path / "bundle"))
     with pytest.raises(ValueError, match="asr tune-speller"):
         recognizer.speller()
+
+
+def test_spelled_targets_say_a_number_word_by_word(tmp_path: Path) -> None:
+    """``--numbers words``: the target transcript spells a number as said (no numeral
+    token), each of its words with its own end, where Whisper's numerals end together."""
+    recognizer = load_model(MODEL)
+    finals = float32_finals(recognizer)
+    row = json.loads((HELDOUT / "test_unseen_voices.jsonl").read_text().splitlines()[3])
+    assert row["text"] == "one thousand one hundred three pounds and fifty pence"
+    row["audio"] = str(HELDOUT / row["audio"])
+    (tmp_path / "m.jsonl").write_text(json.dumps(row) + "\n")
+    entries = read_manifest(tmp_path / "m.jsonl", require_text=False)[0]
+    cfg = WhisperConfig(
+        teacher=str(MODEL / "whisper_teacher.safetensors"),
+        floor=recognizer.config.model.whisper.floor,
+    )
+    items = cache_teacher(entries, finals.teacher, cfg, tmp_path / "teacher", "teacher")
+    examples = {}
+    for numbers in ("digits", "words"):
+        cache_words(items, finals, 16, "transcripts", numbers)
+        by_id = {e.id: e for e in entries}
+        states = tmp_path / "states"
+        examples[numbers] = cache_examples(
+            items, by_id, recognizer, finals, states, MODEL, numbers
+        )[0]
+    numerals = finals.vocabulary.numerals(len(finals.decoder.embed.weight))
+    numeral = set(numerals.nonzero().flatten().tolist())
+    assert numeral & set(examples["digits"].tokens)
+    assert not numeral & set(examples["words"].tokens)
+    spelled = finals.vocabulary.decode(examples["words"].tokens).lower()
+    assert "thousand" in spelled and "hundred" in spelled
+    assert len(set(examples["words"].word_ends)) > len(set(examples["digits"].word_ends))
+    assert len(list((tmp_path / "states").iterdir())) == 2  # one example per transcript

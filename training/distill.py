@@ -42,7 +42,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from asr.adapters import add_adapters, merge_adapters
-from asr.config import Config, WhisperConfig, WhisperFinalsConfig
+from asr.config import Config, Numbers, WhisperConfig, WhisperFinalsConfig
 from asr.speller import file_sha1
 from asr.whisper_decoder import DECODER_FILE, load_decoder
 from asr.whisper_encoder import (
@@ -192,14 +192,19 @@ def english(entry: Entry) -> bool:
 
 
 @torch.no_grad()
-def cache_words(items: list[Cached], finals: WhisperFinals, top: int, desc: str) -> None:
+def cache_words(
+    items: list[Cached], finals: WhisperFinals, top: int, desc: str, numbers: Numbers = "digits"
+) -> None:
     """For each item: Whisper's greedy transcript of the teacher's cached states (with the
     finals' no-speech and loop checks; clips without a sure text get none) and the top
     ``top`` log-probabilities of the decoder teacher-forced on it, in ``<name>.words<top>.npz``
-    beside the states (an empty file: no text). Computed once, like the states."""
+    beside the states (an empty file: no text); with ``numbers`` "words", numbers spelled as
+    said (numerals suppressed), in ``<name>.spelled<top>.npz``. Computed once, like the
+    states."""
     vocabulary = finals.vocabulary
+    kind = "words" if numbers == "digits" else "spelled"
     for item in items:
-        item.words = item.path.with_name(f"{item.path.stem}.words{top}.npz")
+        item.words = item.path.with_name(f"{item.path.stem}.{kind}{top}.npz")
     missing = {i.path: i for i in items if not i.words.is_file()}  # a manifest given twice
     todo = sorted(missing.values(), key=lambda i: i.frames)
     for start in tqdm(range(0, len(todo), WORDS_BATCH), desc=desc, unit="batch", leave=False):
@@ -212,7 +217,8 @@ def cache_words(items: list[Cached], finals: WhisperFinals, top: int, desc: str)
         padded = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
         # a looping row would hold its batch to 224 steps: speech says a few tokens a second
         limit = min(MAX_TOKENS, 8 + int(TOKENS_PER_STATE * int(lengths.max())))
-        texts = finals.decode(padded, lengths, WhisperFinalsConfig(beam_size=1, max_tokens=limit))
+        options = WhisperFinalsConfig(beam_size=1, max_tokens=limit, numbers=numbers)
+        texts = finals.decode(padded, lengths, options)
         sure = [i for i, t in enumerate(texts) if t.tokens and not t.fallback]
         if sure:
             rows = torch.tensor(sure)

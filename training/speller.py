@@ -90,6 +90,17 @@ if TYPE_CHECKING:
 WORD_STARTS = (" ",)  # a Whisper token that starts a word
 
 
+def add_numbers_option(parser: argparse.ArgumentParser, targets: str) -> None:
+    """``--numbers``, as both of the speller's trainings take it."""
+    parser.add_argument(
+        "--numbers",
+        choices=typing.get_args(Numbers),
+        default="digits",
+        help=f"how {targets} write numbers: as Whisper does, or spelled as said (as the "
+        "speller writes them while a segment is open)",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, default=Path("models/default"), help="bundle")
     parser.add_argument("--train", type=Path, nargs="+", required=True, help="manifests")
@@ -125,13 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serving: a segment's first token needs p above this instead of the threshold "
         "(0: the threshold)",
     )
-    parser.add_argument(
-        "--numbers",
-        choices=typing.get_args(Numbers),
-        default="digits",
-        help="how the grids' targets write numbers: as Whisper does, or spelled as said (as "
-        "the speller writes them while a segment is open)",
-    )
+    add_numbers_option(parser, "the grids' targets")
     parser.add_argument(
         "--prefix-policy",
         type=Path,

@@ -19,9 +19,11 @@ segment is open where waiting by the end held them for the close (research recor
 Targets: Whisper's own greedy transcript of each English clip from the full-attention
 teacher's states, and each token's word end from its alignment heads (as the finals time
 tokens): no text is needed, so the real English of the packages teaches it as well as the
-synthetic corpus. The teacher's states and transcripts are those ``asr distill`` caches
-(``--teacher-cache``: shared with it); the student's states and word ends are cached in
-``--cache``. Raffel et al.'s monotonic policy still decides when a token is spoken; the
+synthetic corpus. With ``--numbers words`` the transcript spells numbers as said (its
+numerals suppressed), as the speller writes them while a segment is open: a number then
+comes word by word in the targets too, where with numerals it waited for its last digit.
+The teacher's states and transcripts are those ``asr distill`` caches (``--teacher-cache``:
+shared with it); the student's states and word ends are cached in ``--cache``. Raffel et al.'s monotonic policy still decides when a token is spoken; the
 bundle's learnt policy reads the decoder's state, so a new adapter wants a policy trained
 over it (``asr train-speller`` on a bundle that carries it).
 
@@ -60,7 +62,7 @@ from asr.whisper_features import SAMPLE_RATE
 from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states, token_ends
 from asr.whisper_text import NO_SPEECH, WhisperVocabulary
 from training.distill import Cached, cache_teacher, cache_words, english
-from training.speller import word_ends
+from training.speller import add_numbers_option, word_ends
 from training.train import StopSignals, configure_cpu, lr_factor
 
 WAITS = ("end", "no-speech")  # --wait: the token a cut memory's target ends with
@@ -89,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="what the decoder learns to say at a cut: the end of text, or Whisper's "
         "no-speech token (never written)",
     )
+    add_numbers_option(parser, "the targets")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=50, help="steps")
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         cached = cache_teacher(
             entries, finals.teacher, cfg, args.teacher_cache, f"teacher ({name})"
         )
-        cache_words(cached, finals, 16, f"teacher transcripts ({name})")
+        cache_words(cached, finals, 16, f"teacher transcripts ({name})", args.numbers)
         by_id = {e.id: e for e in entries}
         heard = [c for c in cached if c.words is not None]
         sets.append(cache_examples(heard, by_id, recognizer, finals, args.cache, args.model, name))
@@ -142,7 +145,11 @@ def run(args: argparse.Namespace) -> int:
             f"--max-seconds {args.max_seconds:g} that Whisper's decoder reads as words)"
         )
     tuner = AdapterTuner(finals, train, valid, args)
-    tuner.meta = {"student_sha1": student_sha1(args.model), "rank": str(args.rank)}
+    tuner.meta = {
+        "student_sha1": student_sha1(args.model),
+        "rank": str(args.rank),
+        "numbers": args.numbers,
+    }
     if args.wait == "no-speech":
         tuner.meta[WAIT_KEY] = NO_SPEECH
     stopped_by = tuner.fit(resume=args.resume)
@@ -174,8 +181,10 @@ class Example:
 
 
 def example_name(item: Cached, student: str) -> str:
-    """The cache file of ``item``'s example under the student of SHA-1 ``student``."""
-    key = json.dumps([item.path.name, student])
+    """The cache file of ``item``'s example under the student of SHA-1 ``student``, for the
+    transcript it has (its numbers as Whisper writes them, or spelled)."""
+    assert item.words is not None
+    key = json.dumps([item.words.name, student])
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
