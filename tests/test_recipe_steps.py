@@ -337,7 +337,17 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert (bundle / "speller_adapter.safetensors").read_text().startswith("adapter of")
     assert (bundle / "speller_policy.safetensors").read_text().startswith("policy of")
     assert not (bundle / "README.md").exists()  # the base's card is not this bundle's
+    passes = [c for c in first if c[1] == "bench/real_speech.py"]
+    assert len(passes) == 2 and all(c[3:5] == [str(base), str(bundle)] for c in passes)
+    for manifest in passes[0][passes[0].index("--manifest") + 1 :]:
+        assert not Path(manifest).name.startswith("test_")  # dev sets choose, not test ones
+    assert sorted(p.name for p in (tmp_path / "exp" / "dev").iterdir()) == [
+        "lstm_pass.txt",
+        "students.txt",
+        "whisper_pass.txt",
+    ]
     again = [c[2] if c[1] == "-m" else c[1] for c in run()]
     for finished in ("distill", "pseudo-label", "training.recipes.distill_mix"):
         assert finished not in again
     assert "tune-speller" not in again and "train-speller" not in again
+    assert "bench/real_speech.py" not in again

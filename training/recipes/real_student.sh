@@ -15,6 +15,7 @@
 #   BASE=BUNDLE  the bundle the student and the layers go on from (default models/default)
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
 #   THREADS, MINUTES  threads of the distillation, the LAS layers' training budget
+# Last, $EXP/dev holds the candidate's figures beside $BASE's on the dev sets.
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
 DATA=${DATA:-data/live}
@@ -135,6 +136,31 @@ policy() {  # the monotonic policy over the adapted decoder, as the shipped one 
   cp "$run/speller_policy.safetensors" "$BUNDLE/"
 }
 
+figure() {  # $1 = file: the command's output, kept once it has run to its end
+  local file=$1
+  shift
+  [ -f "$file" ] && return
+  "$@" | tee "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+measure() {  # the candidate beside $BASE on the dev sets that choose (the held-out sets are
+  # read once, for a candidate these chose): Whisper's decoder reading each student whole,
+  # then each bundle's streaming pass by Whisper's decoder and by the LSTM decoder, greedy
+  local out=$EXP/dev devs=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/short-dev/train.jsonl")
+  local pass=(--no-whisper --no-two-pass --beam 1 --lm-weight 0 --manifest "${devs[@]}")
+  mkdir -p "$out"
+  [ -f "$MIX/dev_long.jsonl" ] || python -m training.join_utterances \
+    --manifest "$DATA/dev.jsonl" --out "$MIX/dev_long.jsonl" --any-voice
+  figure "$out/students.txt" python bench/decoder_ceiling.py --encoders-only --only-students \
+    --students "$BASE/whisper_encoder.safetensors" "$STUDENT" \
+    --manifest "$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/dev_long.jsonl"
+  figure "$out/whisper_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
+    --streaming-decoder whisper "${pass[@]}"
+  figure "$out/lstm_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
+    --streaming-decoder lstm "${pass[@]}"
+}
+
 timed "$steps" "real audio" real_audio
 timed "$steps" "synthetic speech" synthetic
 timed "$steps" mix mix
@@ -145,4 +171,5 @@ timed "$steps" bundle bundle
 timed "$steps" "LAS layers" las
 timed "$steps" "speller adapters" adapters
 timed "$steps" "speller policy" policy
-echo "candidate bundle: $BUNDLE"
+timed "$steps" "dev figures" measure
+echo "candidate bundle: $BUNDLE; its figures on the dev sets: $EXP/dev"
