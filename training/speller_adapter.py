@@ -23,9 +23,10 @@ synthetic corpus. With ``--numbers words`` the transcript spells numbers as said
 numerals suppressed), as the speller writes them while a segment is open: a number then
 comes word by word in the targets too, where with numerals it waited for its last digit.
 The teacher's states and transcripts are those ``asr distill`` caches (``--teacher-cache``:
-shared with it); the student's states and word ends are cached in ``--cache``. Raffel et al.'s monotonic policy still decides when a token is spoken; the
-bundle's learnt policy reads the decoder's state, so a new adapter wants a policy trained
-over it (``asr train-speller`` on a bundle that carries it).
+shared with it); the student's states and word ends are cached in ``--cache``. Raffel et
+al.'s monotonic policy still decides when a token is spoken; the bundle's learnt policy
+reads the decoder's state, so a new adapter wants a policy trained over it (``asr
+train-speller`` on a bundle that carries it).
 
     asr tune-speller --model models/default --train data/mix3/real_en.jsonl \\
         data/mix3/synth-11k/manifest.jsonl --valid data/mix3/valid.jsonl \\
