@@ -345,6 +345,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         "lstm_pass.txt",
         "students.txt",
         "whisper_pass.txt",
+        "word_latency.txt",
     ]
     again = [c[2] if c[1] == "-m" else c[1] for c in run()]
     for finished in ("distill", "pseudo-label", "training.recipes.distill_mix"):

@@ -146,7 +146,8 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 
 measure() {  # the candidate beside $BASE on the dev sets that choose (the held-out sets are
   # read once, for a candidate these chose): Whisper's decoder reading each student whole,
-  # then each bundle's streaming pass by Whisper's decoder and by the LSTM decoder, greedy
+  # then each bundle's streaming pass by Whisper's decoder and by the LSTM decoder, greedy:
+  # WER, and word latency on the synthetic dev split
   local out=$EXP/dev devs=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/short-dev/train.jsonl")
   local pass=(--no-whisper --no-two-pass --beam 1 --lm-weight 0 --manifest "${devs[@]}")
   mkdir -p "$out"
@@ -159,6 +160,10 @@ measure() {  # the candidate beside $BASE on the dev sets that choose (the held-
     --streaming-decoder whisper "${pass[@]}"
   figure "$out/lstm_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
     --streaming-decoder lstm "${pass[@]}"
+  # word ends timed by $BASE's CTC head for both (the candidate's own head is new)
+  figure "$out/word_latency.txt" python bench/word_latency.py --model "$BASE:whisper" \
+    "$BUNDLE:whisper" "$BASE:greedy" "$BUNDLE:greedy" --aligner "$BASE" \
+    --manifest "$DATA/dev.jsonl"
 }
 
 timed "$steps" "real audio" real_audio
