@@ -104,8 +104,8 @@ las() {  # the LAS layers on the student's states, from the bundle's weights: th
     --out "$run/dev.jsonl"
   settings=(model.whisper.encoder="$STUDENT" train.feature_cache="$run/frames"
     train.train_manifest="$run/train.jsonl" train.valid_manifest="$run/dev.jsonl")
-  python -m training.cache_frames --config training/configs/whisper.yaml "${settings[@]}" \
-    --manifest "$run/train.jsonl" "$run/dev.jsonl" --shard 1/1
+  cache_frames --config training/configs/whisper.yaml "${settings[@]}" \
+    --manifest "$run/train.jsonl" "$run/dev.jsonl"
   # shellcheck disable=SC2046  # resume_flag prints one word or nothing
   asr train --config training/configs/whisper.yaml "${settings[@]}" train.init="$BASE" \
     train.lr=0.0005 train.max_minutes="$MINUTES" train.threads="$THREADS" \

@@ -57,6 +57,15 @@ distill_student() {  # $1 = run dir, $2 = corpus dir, then config overrides
     "distill.train_manifests=[$data/train.jsonl]" distill.valid_manifest="$data/dev.jsonl" "$@"
 }
 
+cache_frames() {  # training.cache_frames' arguments but --shard: one shard per core, at once
+  local k pids=()
+  for k in 1 2; do
+    background python -m training.cache_frames "$@" --shard "$k/2"
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
+}
+
 train_side_by_side() {  # $1 = experiment dir, $2 = config, then overrides for both runs
   # The monotonic model and its softmax baseline, one thread each, same data and budget;
   # logs in $1/monotonic.log and $1/softmax.log (a resumed run appends to its log).

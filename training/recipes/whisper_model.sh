@@ -92,14 +92,9 @@ distill() {  # the teacher's outputs are cached first (distill.cache_dir), then 
 SETTINGS=(model.whisper.encoder="$STUDENT" train.feature_cache="$EXP/frames"
   train.train_manifest="$TRAIN" train.valid_manifest="$DEV")
 
-frames() {  # the student's states, once, for both trainings: one shard per core
-  local manifests=("$TRAIN" "$DEV" "$DATA"/test_*.jsonl) k pids=()
-  for k in 1 2; do
-    background python -m training.cache_frames --config training/configs/whisper.yaml \
-      "${SETTINGS[@]}" --manifest "${manifests[@]}" --shard "$k/2"
-    pids+=($!)
-  done
-  wait_all "${pids[@]}"
+frames() {  # the student's states, once, for both trainings
+  cache_frames --config training/configs/whisper.yaml "${SETTINGS[@]}" \
+    --manifest "$TRAIN" "$DEV" "$DATA"/test_*.jsonl
 }
 
 side_by_side() {
