@@ -169,9 +169,9 @@ measure() {  # the candidate beside $BASE on the dev sets that choose (the held-
 timed "$steps" "real audio" real_audio
 timed "$steps" "synthetic speech" synthetic
 timed "$steps" mix mix
+timed "$steps" distillation student  # first: the longest step, and the one the rest read
 timed "$steps" "pseudo-labels" labels
 timed "$steps" "everyday supplements" supplements
-timed "$steps" distillation student
 timed "$steps" bundle bundle
 timed "$steps" "LAS layers" las
 timed "$steps" "speller adapters" adapters
