@@ -51,7 +51,9 @@ def test_a_step_killed_with_its_session_counts_up_to_its_last_heartbeat(tmp_path
     os.utime(running, (started + 1800, started + 1800))  # last beat half an hour in
     done = bash("timed steps.tsv distillation true", tmp_path)
     assert done.returncode == 0, done.stderr
-    assert rows(tmp_path / "steps.tsv") == [("everyday supplement", 1800), ("distillation", 0)]
+    (killed, seconds), (name, took) = rows(tmp_path / "steps.tsv")
+    assert (killed, seconds) == ("everyday supplement", 1800)
+    assert name == "distillation" and took <= 2  # a second boundary may pass under load
     assert not running.exists()
 
 
@@ -318,7 +320,10 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert order.index("training.recipes.real_audio") < order.index("training.recipes.distill_mix")
     assert order.index("training.recipes.distill_mix") < order.index("distill")
     assert order.index("pseudo-label") < order.index("train")
-    assert order.index("train") < order.index("tune-speller") < order.index("train-speller")
+    # the speller reads the student alone: its adapters, policy and figures come first
+    assert order.index("distill") < order.index("tune-speller") < order.index("train-speller")
+    assert order.index("train-speller") < order.index("bench/real_speech.py")
+    assert order.index("bench/real_speech.py") < order.index("pseudo-label")
     held = {str(data / "dev.jsonl"), str(data / "test_short.jsonl")}
     draws = [c for c in first if "training.recipes.synth_corpus" in c]
     assert len(draws) == 5  # the mix's speech, the short dev split, three supplements
@@ -339,15 +344,22 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert (bundle / "speller_policy.safetensors").read_text().startswith("policy of")
     assert not (bundle / "README.md").exists()  # the base's card is not this bundle's
     passes = [c for c in first if c[1] == "bench/real_speech.py"]
-    assert len(passes) == 2 and all(c[3:5] == [str(base), str(bundle)] for c in passes)
+    assert len(passes) == 3 and all(c[3:5] == [str(base), str(bundle)] for c in passes)
     for manifest in passes[0][passes[0].index("--manifest") + 1 :]:
         assert not Path(manifest).name.startswith("test_")  # dev sets choose, not test ones
-    assert sorted(p.name for p in (tmp_path / "exp" / "dev").iterdir()) == [
+    figures = {
+        str(p.relative_to(tmp_path / "exp" / "dev"))
+        for p in (tmp_path / "exp" / "dev").rglob("*.txt")
+    }
+    assert figures == {
+        "early/whisper_latency.txt",
+        "early/whisper_pass.txt",
+        "lstm_latency.txt",
         "lstm_pass.txt",
         "students.txt",
+        "whisper_latency.txt",
         "whisper_pass.txt",
-        "word_latency.txt",
-    ]
+    }
     again = [c[2] if c[1] == "-m" else c[1] for c in run()]
     for finished in ("distill", "pseudo-label", "training.recipes.distill_mix"):
         assert finished not in again
