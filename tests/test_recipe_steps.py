@@ -336,6 +336,14 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert f"distill.init={tmp_path}/exp/epoch/student/encoder.safetensors" in student
     assert f"distill.init={base}/whisper_encoder.safetensors" in epoch
     assert f"distill.train_manifests=[{tmp_path}/mix/real_en.jsonl," in " ".join(student)
+    # the LAS layers from the base's weights, their softmax baseline beside them from scratch
+    monotonic, softmax = sorted(
+        (c for c in first if c[1] == "train"), key=lambda c: "kind=softmax" in " ".join(c)
+    )
+    assert f"train.init={base}" in monotonic and "train.lr=0.0005" in monotonic
+    assert "model.attention.kind=monotonic" in monotonic
+    assert not any(a.startswith("train.init=") for a in softmax)
+    assert "model.attention.kind=softmax" in softmax
     bundle = tmp_path / "exp" / "bundle"
     assert (bundle / "whisper_encoder.safetensors").read_text().startswith("student of")
     assert "exp/student" in (bundle / "whisper_encoder.safetensors").read_text()

@@ -14,7 +14,7 @@
 #   MIX=DIR      the mix's manifests and its synthetic speech (default data/mix)
 #   BASE=BUNDLE  the bundle the student and the layers go on from (default models/default)
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
-#   THREADS, MINUTES  threads of the distillation, the LAS layers' training budget
+#   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
 # $EXP/dev holds the candidate's figures beside $BASE's on the dev sets ($EXP/dev/early the
 # speller's, as soon as its policy is learnt).
 set -euo pipefail
@@ -96,8 +96,10 @@ bundle() {  # the bundle with the new student; its speller's adapters and policy
   mv "$BUNDLE.tmp" "$BUNDLE"
 }
 
-las() {  # the LAS layers on the student's states, from the bundle's weights: the mix's
-  # synthetic speech, its pseudo-labelled real English and the supplements
+las() {  # the LAS layers on the student's states, from the bundle's weights, and beside them
+  # their softmax baseline from scratch (one thread each, as whisper_model.sh trains them; the
+  # model card compares the two): the mix's synthetic speech, its pseudo-labelled real
+  # English and the supplements
   local run=$EXP/las settings
   asr prepare merge "$MIX/synth-11k/manifest.jsonl" "$MIX/real_en_labelled.jsonl" \
     "$MIX/long/synth_long.jsonl" "$MIX"/{everyday,everyday2,short}/train.jsonl \
@@ -108,10 +110,8 @@ las() {  # the LAS layers on the student's states, from the bundle's weights: th
     train.train_manifest="$run/train.jsonl" train.valid_manifest="$run/dev.jsonl")
   cache_frames --config training/configs/whisper.yaml "${settings[@]}" \
     --manifest "$run/train.jsonl" "$run/dev.jsonl"
-  # shellcheck disable=SC2046  # resume_flag prints one word or nothing
-  asr train --config training/configs/whisper.yaml "${settings[@]}" train.init="$BASE" \
-    train.lr=0.0005 train.max_minutes="$MINUTES" train.threads="$THREADS" \
-    --out "$run/monotonic" $(resume_flag "$run/monotonic")
+  INIT=$BASE BASELINE_INIT='' INIT_LR=0.0005 train_side_by_side "$run" \
+    training/configs/whisper.yaml "${settings[@]}" train.max_minutes="$MINUTES"
   cp "$run/monotonic/best_bundle"/{model.safetensors,cmvn.json} "$BUNDLE/"
 }
 
