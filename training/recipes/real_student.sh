@@ -148,14 +148,15 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 }
 
 # The candidate beside $BASE on the dev sets that choose (the held-out sets are read once,
-# for a candidate these chose), greedy: WER, and word latency on the synthetic dev split
+# for a candidate these chose), greedy: WER (and each hypothesis, *_hyps.jsonl), and word
+# latency on the synthetic dev split
 # with word ends timed by $BASE's CTC head for both (the candidate's own head is new).
 DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/short-dev/train.jsonl")
 
 speller_pass() {  # $1 = directory: the streaming pass spelled by Whisper's decoder
   figure "$1/whisper_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
     --streaming-decoder whisper --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
-    --manifest "${DEVS[@]}"
+    --manifest "${DEVS[@]}" --out "$1/whisper_hyps.jsonl"
   figure "$1/whisper_latency.txt" python bench/word_latency.py --model "$BASE:whisper" \
     "$BUNDLE:whisper" --aligner "$BASE" --manifest "$DATA/dev.jsonl"
 }
@@ -176,7 +177,7 @@ figures() {  # the whole candidate: both streaming passes
   speller_pass "$EXP/dev"
   figure "$EXP/dev/lstm_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
     --streaming-decoder lstm --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
-    --manifest "${DEVS[@]}"
+    --manifest "${DEVS[@]}" --out "$EXP/dev/lstm_hyps.jsonl"
   figure "$EXP/dev/lstm_latency.txt" python bench/word_latency.py --model "$BASE:greedy" \
     "$BUNDLE:greedy" --aligner "$BASE" --manifest "$DATA/dev.jsonl"
 }
