@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import soundfile
 
 from asr.config import Config
+from asr.speller import POLICY_FILE, PolicyEnergy, learnt_on
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, espeak, speech_files
 from tests.test_train import run_training, train_command
 from training.recipes import gather, publish_model, results_table, whisper_card, whisper_publish
@@ -416,6 +418,16 @@ def train_tiny(out: Path, data: Path, cache: Path, kind: str) -> Path:
     return out
 
 
+def speller_bundle(out: Path, bundle: Path, student: bytes | None = None) -> Path:
+    """A copy of ``bundle`` carrying a learnt policy (untrained) for its student, or for
+    ``student`` (its encoder file's bytes) instead."""
+    shutil.copytree(bundle, out)
+    if student is not None:
+        (out / "whisper_encoder.safetensors").write_bytes(student)
+    PolicyEnergy(dim=8).save(out / POLICY_FILE, meta=learnt_on(out))
+    return out
+
+
 def row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -447,6 +459,8 @@ def test_a_whisper_run_pair_is_published_and_cached(
     argv += ["--out", str(out), "--first-gen", str(first_gen), "--real", str(real)]
     argv += ["--steps", str(steps), "--sample", "1", "--no-rtf", "--no-load", "--no-word-latency"]
     argv += ["--no-long-stream"]
+    speller = speller_bundle(tmp_path / "speller", run / "best_bundle")
+    other = speller_bundle(tmp_path / "other", run / "best_bundle", b"another student")
 
     # missing inputs are refused before anything is evaluated
     with pytest.raises(SystemExit):
@@ -455,9 +469,22 @@ def test_a_whisper_run_pair_is_published_and_cached(
     with pytest.raises(SystemExit):
         publish_model.main([*argv, "--baseline", str(run)])
     assert "monotonic attention" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a speller learnt on another student
+        publish_model.main([*argv, "--speller", str(other)])
+    assert "learnt on another streaming student" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a bundle without a speller
+        publish_model.main([*argv, "--speller", str(run / "best_bundle")])
+    assert "has no speller_policy.safetensors" in capsys.readouterr().err
     assert not list(run.glob("eval_*"))
 
+    argv += ["--speller", str(speller)]
     assert publish_model.main(argv) == 0
+    # the published bundle carries the speller, which its student reads
+    assert (out / POLICY_FILE).read_bytes() == (speller / POLICY_FILE).read_bytes()
+    assert (
+        f"--speller {speller}"
+        in json.loads((out / "metrics.json").read_text())["commands"]["publish"]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "README.md").read_text()
     assert readme.read_text() == (

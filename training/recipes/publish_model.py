@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the directory `python bench/real_speech.py --manifests DIR` wrote (all.jsonl)",
     )
     whisper.add_argument("--steps", type=Path, help="the recipe's steps.tsv (step wall times)")
+    whisper.add_argument(
+        "--speller",
+        type=Path,
+        help="a bundle whose streaming speller (its adapters and learnt policy, for --run's "
+        "student) the published bundle carries: publishing copies --run's best bundle only",
+    )
     whisper.add_argument("--no-rtf", action="store_true", help="skip bench/streaming.py")
     whisper.add_argument("--no-load", action="store_true", help="skip bench/load.py")
     whisper.add_argument(

@@ -16,7 +16,11 @@
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
 #   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
 # $EXP/dev holds the candidate's figures beside $BASE's on the dev sets ($EXP/dev/early the
-# speller's, as soon as its policy is learnt).
+# speller's, as soon as its policy is learnt). A candidate they choose is published with its
+# card (held-out figures, the LAS layers beside their baseline, the speller it carries) by
+#   python -m training.recipes.publish_model --run $EXP/las/monotonic \
+#       --baseline $EXP/las/softmax --data $DATA --steps $EXP/steps.tsv --speller $EXP/bundle
+# and the speller's figures by training.recipes.finals_metrics' commands.
 set -euo pipefail
 source "$(dirname "$0")/steps.sh"
 DATA=${DATA:-data/live}

@@ -33,6 +33,7 @@ from asr.config import Config
 from asr.frontend import BUNDLE_ENCODER_FILE, BUNDLE_TEACHER_FILE, frame_seconds
 from asr.lm import LM_FILE
 from asr.scoring import score
+from asr.speller import ADAPTER_FILE, POLICY_FILE, bundle_adapter, bundle_policy, student_sha1
 from training.evaluate import evaluate
 from training.manifest import read_manifest
 from training.recipes import results_table
@@ -125,6 +126,11 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
             f"--run {args.run}: best_bundle has no {BUNDLE_TEACHER_FILE}, which two-pass finals "
             "and word-latency alignments need (train with decode.two_pass=true)"
         )
+    if args.speller is not None:
+        try:
+            check_speller(args.speller, args.run / "best_bundle")
+        except (OSError, ValueError) as err:
+            parser.error(f"--speller {args.speller}: {err}")
     if args.first_gen.resolve() == args.out.resolve():
         parser.error(f"--first-gen {args.first_gen} is --out: publishing would replace it")
     if args.steps is not None:
@@ -136,6 +142,31 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
         return discover_splits(args.data, args.real)
     except FileNotFoundError as err:
         parser.error(str(err))
+
+
+def check_speller(speller: Path, bundle: Path) -> None:
+    """The speller's files (a learnt policy, adapters if any) fit ``speller``'s student and
+    decoder, and that student is ``bundle``'s, byte for byte: a FileNotFoundError or
+    ValueError naming what does not."""
+    bundle_adapter(speller)
+    bundle_policy(speller)
+    if student_sha1(speller) != student_sha1(bundle):
+        raise ValueError(
+            f"its speller was learnt on another streaming student than {bundle}'s "
+            f"({BUNDLE_ENCODER_FILE} differs)"
+        )
+
+
+def carry_speller(speller: Path, out: Path) -> None:
+    """Copy the speller's adapters (if any) and policy into the published bundle ``out``,
+    then load them from there, as serving will."""
+    for name in (ADAPTER_FILE, POLICY_FILE):
+        if (speller / name).is_file():
+            copy = out / name
+            copy.write_bytes((speller / name).read_bytes())
+            copy.chmod(0o644)
+    bundle_adapter(out)
+    bundle_policy(out)
 
 
 # -- measurements --------------------------------------------------------------------------
@@ -440,6 +471,8 @@ def publish_command(args: argparse.Namespace, first_gen: bool) -> str:
         command += " --real DIR"
     if args.steps is not None:
         command += f" --steps {shown(args.steps)}"
+    if args.speller is not None:
+        command += f" --speller {shown(args.speller)}"
     return command
 
 
@@ -468,6 +501,8 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         for name, run in (("monotonic", args.run), ("softmax", args.baseline))
     }
     copy_bundle(args.run / "best_bundle", args.out)
+    if args.speller is not None:
+        carry_speller(args.speller, args.out)
     files = {p.name: p.stat().st_size for p in sorted(args.out.iterdir()) if p.is_file()}
     files.pop("README.md", None)  # training's card, replaced below
     first = columns["first_gen"]
