@@ -15,6 +15,7 @@ import torch
 from asr.cli import main as asr_main
 from tests.conftest import speech_files
 from tests.test_distill import setup  # noqa: F401  (the tiny teacher and its config)
+from training.manifest import read_manifest
 from training.recipes.distill_mix import main
 
 
@@ -74,6 +75,35 @@ def test_the_mix_keeps_its_held_out_clips_apart_and_routes_by_language(mix: Path
     listing = (mix / "train_manifests.txt").read_text().strip().strip("[]").split(",")
     assert listing.count(str(mix / "synth-11k" / "manifest.jsonl")) == 2
     assert str(mix / "real_dev.jsonl") not in listing
+
+
+def test_every_clip_of_the_mix_is_found_when_its_inputs_are_named_relatively(
+    tmp_path: Path, speech_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipes name their corpora relative to the repository (data/live, data/mix): each
+    manifest the mix writes must still find its audio, read from anywhere."""
+    files = [wav for wav, _ in speech_files(speech_dir)]
+    _source(tmp_path / "real", "drascula", [(wav, "en") for wav in files[:8]])
+    (tmp_path / "live" / "wavs").mkdir(parents=True)
+    for split, chosen in (("train", files[8:12]), ("dev", files[12:14])):
+        rows = []
+        for wav in chosen:
+            (tmp_path / "live" / "wavs" / wav.name).write_bytes(wav.read_bytes())
+            row = {"id": f"{split}-{wav.stem}", "audio": f"wavs/{wav.name}", "text": "a"}
+            rows.append(row | {"duration": soundfile.info(str(wav)).duration, "voice": "v"})
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        (tmp_path / "live" / f"{split}.jsonl").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    args = ["--real", "real", "--synth", "live/train.jsonl", "--synth-dev", "live/dev.jsonl"]
+    assert main([*args, "--out", "mix", "--other-share", "1"]) == 0
+    monkeypatch.chdir(speech_dir)  # read from elsewhere
+    written = sorted((tmp_path / "mix").rglob("*.jsonl"))
+    assert len(written) >= 6
+    for manifest in written:
+        entries, skipped = read_manifest(manifest, require_text=False)
+        assert not skipped, f"{manifest}: {skipped[0]}"
+    valid, _ = read_manifest(tmp_path / "mix" / "valid.jsonl", require_text=False)
+    assert {e.id for e in valid} >= {f"dev-{wav.stem}" for wav in files[12:14]}
 
 
 def test_a_tiny_distillation_over_the_mix_nears_the_teacher(mix: Path, setup: Path) -> None:  # noqa: F811

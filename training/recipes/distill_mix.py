@@ -46,13 +46,13 @@ def stable_share(clip_id: str, share: float) -> bool:
 
 
 def read_rows(manifest: Path) -> list[dict]:
-    """A manifest's rows with absolute audio paths."""
+    """A manifest's rows with absolute audio paths (the mix's manifests lie elsewhere)."""
     rows = []
+    base = manifest.parent.absolute()  # a relative --synth-dev gave paths that led nowhere
     for line in manifest.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            audio = Path(row["audio"])
-            row["audio"] = str(audio if audio.is_absolute() else manifest.parent / audio)
+            row["audio"] = str(base / row["audio"])  # an absolute audio path stays as it is
             rows.append(row)
     return rows
 
