@@ -475,6 +475,9 @@ def test_a_whisper_run_pair_is_published_and_cached(
     with pytest.raises(SystemExit):  # a bundle without a speller
         publish_model.main([*argv, "--speller", str(run / "best_bundle")])
     assert "has no speller_policy.safetensors" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the bundle being replaced
+        publish_model.main([*argv, "--speller", str(out)])
+    assert "is --out" in capsys.readouterr().err
     assert not list(run.glob("eval_*"))
 
     argv += ["--speller", str(speller)]

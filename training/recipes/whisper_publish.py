@@ -127,6 +127,8 @@ def check_inputs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> d
             "and word-latency alignments need (train with decode.two_pass=true)"
         )
     if args.speller is not None:
+        if args.speller.resolve() == args.out.resolve():
+            parser.error(f"--speller {args.speller} is --out: publishing would replace it first")
         try:
             check_speller(args.speller, args.run / "best_bundle")
         except (OSError, ValueError) as err:
