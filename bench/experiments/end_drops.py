@@ -41,8 +41,7 @@ DIGITS = frozenset("zero oh one two three four five six seven eight nine".split(
 def read_rows(paths: list[Path]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """References by id, and each model's hypotheses by id, from files of rows."""
     refs: dict[str, str] = {}
-    models: dict[str, dict[str, str]] = {}
-    columns: list[tuple[Path, str]] = []
+    columns: dict[tuple[Path, str], dict[str, str]] = {}  # (file, model) -> hyps by id
     for path in paths:
         with path.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
@@ -55,14 +54,12 @@ def read_rows(paths: list[Path]) -> tuple[dict[str, str], dict[str, dict[str, st
                     raise ValueError(f"{path}:{number}: {row['id']} has another reference")
                 for name, hyp in row.items():
                     if name not in ("id", "ref"):
-                        if (path, name) not in columns:
-                            columns.append((path, name))
-                        models.setdefault(f"{path}\0{name}", {})[row["id"]] = hyp
+                        columns.setdefault((path, name), {})[row["id"]] = hyp
     names = [name for _, name in columns]
-    renamed: dict[str, dict[str, str]] = {}
-    for path, name in columns:
-        shown = f"{path.stem}:{name}" if names.count(name) > 1 else name
-        renamed[shown] = models[f"{path}\0{name}"]
+    renamed = {
+        f"{path.stem}:{name}" if names.count(name) > 1 else name: hyps
+        for (path, name), hyps in columns.items()
+    }
     return refs, renamed
 
 

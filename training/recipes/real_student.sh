@@ -153,16 +153,17 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 
 # The candidate beside $BASE on the dev sets that choose (the held-out sets are read once,
 # for a candidate these chose), greedy: WER (and each hypothesis, *_hyps.jsonl), and word
-# latency on the synthetic dev split
-# with word ends timed by $BASE's CTC head for both (the candidate's own head is new).
+# latency on the synthetic dev split, word ends timed by $BASE's CTC head for both (the
+# candidate's own head is new).
 DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/short-dev/train.jsonl")
 
-speller_pass() {  # $1 = directory: the streaming pass spelled by Whisper's decoder
-  figure "$1/whisper_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
-    --streaming-decoder whisper --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
-    --manifest "${DEVS[@]}" --out "$1/whisper_hyps.jsonl"
-  figure "$1/whisper_latency.txt" python bench/word_latency.py --model "$BASE:whisper" \
-    "$BUNDLE:whisper" --aligner "$BASE" --manifest "$DATA/dev.jsonl"
+pass_figures() {  # $1 = directory, $2 = streaming decoder (whisper, lstm), $3 = its
+  # bench/word_latency.py suffix (whisper, greedy): one streaming pass of both bundles
+  figure "$1/$2_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
+    --streaming-decoder "$2" --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
+    --manifest "${DEVS[@]}" --out "$1/$2_hyps.jsonl"
+  figure "$1/$2_latency.txt" python bench/word_latency.py --model "$BASE:$3" "$BUNDLE:$3" \
+    --aligner "$BASE" --manifest "$DATA/dev.jsonl"
 }
 
 speller_figures() {  # Whisper's decoder reading each student whole, then the speller's
@@ -174,16 +175,12 @@ speller_figures() {  # Whisper's decoder reading each student whole, then the sp
   figure "$EXP/dev/students.txt" python bench/decoder_ceiling.py --encoders-only \
     --only-students --students "$BASE/whisper_encoder.safetensors" "$STUDENT" \
     --manifest "$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/dev_long.jsonl"
-  speller_pass "$EXP/dev/early"
+  pass_figures "$EXP/dev/early" whisper whisper
 }
 
 figures() {  # the whole candidate: both streaming passes
-  speller_pass "$EXP/dev"
-  figure "$EXP/dev/lstm_pass.txt" python bench/real_speech.py --model "$BASE" "$BUNDLE" \
-    --streaming-decoder lstm --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
-    --manifest "${DEVS[@]}" --out "$EXP/dev/lstm_hyps.jsonl"
-  figure "$EXP/dev/lstm_latency.txt" python bench/word_latency.py --model "$BASE:greedy" \
-    "$BUNDLE:greedy" --aligner "$BASE" --manifest "$DATA/dev.jsonl"
+  pass_figures "$EXP/dev" whisper whisper
+  pass_figures "$EXP/dev" lstm greedy
 }
 
 # The speller's adapters and policy first: they read the student alone (word ends from

@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import math
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -164,9 +165,8 @@ def carry_speller(speller: Path, out: Path) -> None:
     then load them from there, as serving will."""
     for name in (ADAPTER_FILE, POLICY_FILE):
         if (speller / name).is_file():
-            copy = out / name
-            copy.write_bytes((speller / name).read_bytes())
-            copy.chmod(0o644)
+            shutil.copyfile(speller / name, out / name)
+            (out / name).chmod(0o644)
     bundle_adapter(out)
     bundle_policy(out)
 
