@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "lm": "training.lm_cli",
     "import-whisper": "training.whisper_import",
     "distill": "training.distill",
+    "blend-students": "training.blend",
     "pseudo-label": "training.pseudo_label",
     "train-speller": "training.speller",
     "tune-speller": "training.speller_adapter",

@@ -263,6 +263,10 @@ elif what in ("pseudo-label", "merge"):
 elif what == "distill":
     write(out / "student" / "encoder.safetensors", f"student of {out}")
     write(out / "distill.log", "done: best held-out rel MSE 0.2\\n")
+elif what == "blend-students":
+    tuned = Path(args[args.index("--tuned") + 1]) / "encoder.safetensors"
+    weight = args[args.index("--weight") + 1]
+    write(out / "encoder.safetensors", f"blend at {weight} of {tuned.read_text()}")
 elif what == "train":
     for name in ("model.safetensors", "cmvn.json"):
         write(out / "best_bundle" / name, f"{name} of {out}")
@@ -321,7 +325,8 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert order.index("training.recipes.distill_mix") < order.index("distill")
     assert order.index("pseudo-label") < order.index("train")
     # the speller reads the student alone: its adapters, policy and figures come first
-    assert order.index("distill") < order.index("tune-speller") < order.index("train-speller")
+    assert order.index("distill") < order.index("blend-students") < order.index("tune-speller")
+    assert order.index("tune-speller") < order.index("train-speller")
     assert order.index("train-speller") < order.index("bench/real_speech.py")
     assert order.index("bench/real_speech.py") < order.index("pseudo-label")
     held = {str(data / "dev.jsonl"), str(data / "test_short.jsonl")}
@@ -345,8 +350,14 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert not any(a.startswith("train.init=") for a in softmax)
     assert "model.attention.kind=softmax" in softmax
     bundle = tmp_path / "exp" / "bundle"
-    assert (bundle / "whisper_encoder.safetensors").read_text().startswith("student of")
-    assert "exp/student" in (bundle / "whisper_encoder.safetensors").read_text()
+    # the distilled student blended with the base's, half and half
+    (blend,) = [c for c in first if c[1] == "blend-students"]
+    assert f"{base}/whisper_encoder.safetensors" in blend
+    served = f"blend at 0.5 of student of {tmp_path}/exp/student"
+    assert (bundle / "whisper_encoder.safetensors").read_text() == served
+    ceiling = next(c for c in first if c[1] == "bench/decoder_ceiling.py")
+    students = ceiling[ceiling.index("--students") + 1 : ceiling.index("--manifest")]
+    assert students[1:] == [f"{tmp_path}/exp/student/student", f"{tmp_path}/exp/blend"]
     assert (bundle / "model.safetensors").read_text().startswith("model.safetensors of")
     assert (bundle / "speller_adapter.safetensors").read_text().startswith("adapter of")
     assert (bundle / "speller_policy.safetensors").read_text().startswith("policy of")
@@ -369,7 +380,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         "whisper_pass.txt",
     }
     again = [c[2] if c[1] == "-m" else c[1] for c in run()]
-    for finished in ("distill", "pseudo-label", "training.recipes.distill_mix"):
+    for finished in ("distill", "blend-students", "pseudo-label", "training.recipes.distill_mix"):
         assert finished not in again
     assert "tune-speller" not in again and "train-speller" not in again
     assert "bench/real_speech.py" not in again

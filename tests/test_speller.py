@@ -605,18 +605,15 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
         Learnt.load(tmp_path / "never.safetensors")
 
 
-def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001
-    """`asr train-speller` reads Whisper's own transcript of each clip, so unlabelled audio
-    (most of the real English) trains the policy: two clips without text give two grids and
-    a policy file; with --prefix-policy, two more read where that policy let the tokens
-    out, and a policy learnt on another student is refused."""
+def train_speller_args(tmp_path, clips: int, *extra: str):  # noqa: ANN001, ANN201
+    """`asr train-speller`'s options over a manifest of ``clips`` held-out clips without
+    text, grids in ``tmp_path``/grids."""
     import argparse
 
-    from asr.speller import POLICY_FILE, metadata_for
-    from training.speller import add_arguments, run
+    from training.speller import add_arguments
 
     manifest = tmp_path / "unlabelled.jsonl"
-    rows = (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()[:2]
+    rows = (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()[:clips]
     lines = []
     for line in rows:
         row = json.loads(line)
@@ -625,10 +622,23 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     manifest.write_text("\n".join(lines) + "\n")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(
-        ["--model", str(MODEL), "--train", str(manifest), "--cache", str(tmp_path / "grids")]
-        + ["--out", str(tmp_path / "out"), "--epochs", "1", "--batch", "2"]
+    return parser.parse_args(
+        ["--train", str(manifest), "--cache", str(tmp_path / "grids")]
+        + ["--out", str(tmp_path / "out"), *extra]
     )
+
+
+def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa: ANN001
+    """`asr train-speller` reads Whisper's own transcript of each clip, so unlabelled audio
+    (most of the real English) trains the policy: two clips without text give two grids and
+    a policy file; with --prefix-policy, two more read where that policy let the tokens
+    out, and a policy learnt on another student is refused."""
+    import argparse
+
+    from asr.speller import POLICY_FILE, metadata_for
+    from training.speller import run
+
+    args = train_speller_args(tmp_path, 2, "--model", str(MODEL), "--epochs", "1", "--batch", "2")
     assert run(args) == 0
     assert len(list((tmp_path / "grids").glob("*.npz"))) == 2
     assert (tmp_path / "out" / POLICY_FILE).is_file()
@@ -653,3 +663,36 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     PolicyEnergy().save(args.prefix_policy, meta={"student_sha1": "another"})
     with pytest.raises(ValueError, match="another streaming student"):
         run(args)
+
+
+def test_grids_follow_the_bundles_student_not_its_path(tmp_path) -> None:  # noqa: ANN001
+    """A recipe's candidate bundle keeps its path while its student changes (a new student
+    blended in): its grids are computed again, not read from the old student's cache."""
+    from asr.frontend import BUNDLE_ENCODER_FILE
+    from asr.speller import ADAPTER_FILE, POLICY_FILE
+    from asr.whisper_encoder import load_encoder
+    from training.blend import metadata
+    from training.distill import save_encoder
+    from training.speller import run
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for path in MODEL.iterdir():  # without the speller, which was learnt on the old student
+        if path.name not in (ADAPTER_FILE, POLICY_FILE):
+            (bundle / path.name).symlink_to(path.resolve())
+    args = train_speller_args(tmp_path, 1, "--model", str(bundle), "--grids-only")
+    grids = tmp_path / "grids"
+    assert run(args) == 0
+    first = sorted(grids.glob("*.npz"))
+    assert len(first) == 1
+    written = first[0].stat().st_mtime_ns
+    assert run(args) == 0  # the same student: the grid is read, not written again
+    assert sorted(grids.glob("*.npz")) == first and first[0].stat().st_mtime_ns == written
+    student = load_encoder(MODEL / BUNDLE_ENCODER_FILE)
+    with torch.no_grad():
+        student.conv1.bias.add_(0.01)
+    changed = save_encoder(student, tmp_path / "changed", metadata(MODEL / BUNDLE_ENCODER_FILE))
+    (bundle / BUNDLE_ENCODER_FILE).unlink()
+    (bundle / BUNDLE_ENCODER_FILE).symlink_to(changed)
+    assert run(args) == 0
+    assert len(list(grids.glob("*.npz"))) == 2

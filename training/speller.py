@@ -211,11 +211,20 @@ def grid_name(
     entry_audio: str,
     offset: float | None,
     end: float | None,
-    bundle: Path,
+    bundle: dict[str, str],
     prefix: str = "",
     numbers: Numbers = "digits",
 ) -> str:
-    fields: list[object] = [entry_audio, offset, end, str(bundle.resolve())]
+    """The cache file of an entry's grid under ``bundle`` (:func:`learnt_on`: its student's
+    and adapters' hashes, so that a bundle whose student or adapters changed in place does
+    not read the grids of the old ones)."""
+    fields: list[object] = [
+        entry_audio,
+        offset,
+        end,
+        bundle["student_sha1"],
+        bundle["adapter_sha1"],
+    ]
     fields += ["numbers=words"] if numbers == "words" else []
     key = json.dumps(fields + [prefix] if prefix else fields)
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
@@ -240,8 +249,9 @@ def cache_grids(
     cache.mkdir(parents=True, exist_ok=True)
     kinds = [None] if prefix is None else [None, prefix]  # reference, then on-policy
     keys = ["" if kind is None else kind[1] for kind in kinds]
+    hashes = learnt_on(bundle)
     paths = [
-        [cache / grid_name(e.audio, e.offset, e.end, bundle, k, numbers) for k in keys]
+        [cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers) for k in keys]
         for e in entries
     ]
     todo = [(e, ps) for e, ps in zip(entries, paths) if not all(p.is_file() for p in ps)]

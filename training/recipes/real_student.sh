@@ -3,17 +3,19 @@
 # 2-core CPU from a fresh clone: the allowed packages' real speech, a mix of it with new
 # synthetic speech, Whisper-base's pseudo-labels of its English, two epochs of distillation
 # from the bundle's student with the decoder-level loss (the second with mild acoustic
-# changes), then a candidate bundle: the bundle with this student, the streaming speller's
-# adapters and policy learnt over it, and its LAS layers trained on the student's states
-# (from the bundle's weights). The research record's "The student on real speech" entries measured
-# each choice; this is their straight line. Every step resumes: rerun the script after an
-# interruption. Each step's wall time adds up in $EXP/steps.tsv.
+# changes), that student blended in weight space with the bundle's (so that it keeps the
+# synthetic voices the bundle's knew), then a candidate bundle: the bundle with the blend,
+# the streaming speller's adapters and policy learnt over it, and its LAS layers trained on
+# the blend's states (from the bundle's weights). The research record's "The student on real
+# speech" entries measured each choice; this is their straight line. Every step resumes:
+# rerun the script after an interruption. Each step's wall time adds up in $EXP/steps.tsv.
 #   DATA=DIR     the corpus whose held-out splits nothing here may speak (default data/live:
 #                training/recipes/whisper_model.sh's corpus step); its dev split validates
 #   REAL_AUDIO=DIR  the real recordings (python -m training.recipes.real_audio writes them)
 #   MIX=DIR      the mix's manifests and its synthetic speech (default data/mix)
 #   BASE=BUNDLE  the bundle the student and the layers go on from (default models/default)
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
+#   BLEND=W      the distilled student's share of the blend (default 0.5: research record)
 #   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
 # $EXP/dev holds the candidate's figures beside $BASE's on the dev sets ($EXP/dev/early the
 # speller's, as soon as its policy is learnt). A candidate they choose is published with its
@@ -30,11 +32,13 @@ EXP=${EXP:-exp/real}
 BASE=${BASE:-models/default}
 THREADS=${THREADS:-2}
 MINUTES=${MINUTES:-150}
+BLEND=${BLEND:-0.5}
 read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 BUNDLE=$EXP/bundle  # the candidate
-STUDENT=$EXP/student/student
+TUNED=$EXP/student/student  # the distilled student
+STUDENT=$EXP/blend  # the candidate's: the distilled student blended with $BASE's
 # never spoken by the new synthetic speech: the held-out splits, and the dev sets that choose
 HELD=("$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}")
 
@@ -88,6 +92,13 @@ student() {  # an epoch from the bundle's student, then one from it with warp an
   distill_student "$EXP/student" "$MIX" "${settings[@]}" \
     distill.init="$EXP/epoch/student/encoder.safetensors" "distill.augment=[warp,colour]" \
     distill.augment_share=0.5
+}
+
+blend() {  # the distilled student and $BASE's, averaged in weight space (WiSE-FT): on the
+  # dev sets, closer to the first on real speech and to the second on synthetic speech
+  [ -f "$STUDENT/encoder.safetensors" ] && return
+  asr blend-students --start "$BASE/whisper_encoder.safetensors" --tuned "$TUNED" \
+    --weight "$BLEND" --out "$STUDENT"
 }
 
 bundle() {  # the bundle with the new student; its speller's adapters and policy, and its LAS
@@ -173,8 +184,8 @@ speller_figures() {  # Whisper's decoder reading each student whole, then the sp
   [ -f "$MIX/dev_long.jsonl" ] || python -m training.join_utterances \
     --manifest "$DATA/dev.jsonl" --out "$MIX/dev_long.jsonl" --any-voice
   figure "$EXP/dev/students.txt" python bench/decoder_ceiling.py --encoders-only \
-    --only-students --students "$BASE/whisper_encoder.safetensors" "$STUDENT" \
-    --manifest "$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/dev_long.jsonl"
+    --only-students --students "$BASE/whisper_encoder.safetensors" "$TUNED" "$STUDENT" \
+    --manifest "${DEVS[@]}" "$MIX/dev_long.jsonl"
   pass_figures "$EXP/dev/early" whisper whisper
 }
 
@@ -190,6 +201,7 @@ timed "$steps" "real audio" real_audio
 timed "$steps" "synthetic speech" synthetic
 timed "$steps" mix mix
 timed "$steps" distillation student  # the longest step, and the one the rest read
+timed "$steps" blend blend
 timed "$steps" bundle bundle
 timed "$steps" "speller adapters" adapters
 timed "$steps" "speller policy" policy
