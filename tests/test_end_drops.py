@@ -60,6 +60,15 @@ def test_drops_and_digit_strings_per_set_and_model(
     # "immediately" dropped: 1 of the other 6 words; the digits spelled: 2 of 6 substituted
     assert "| two:bundle | 25.0% (3) | 33.3% (1) | 16.7% (2) | 1 of 3 |" in synth_table
     assert "| two:bundle | 100.0% (1) | - | 100.0% (1) | 1 of 1 |" in short_table
+    # two runs' files of one name: told apart by their folders
+    (tmp_path / "early").mkdir()
+    (tmp_path / "late").mkdir()
+    early = rows(tmp_path / "early" / "hyps.jsonl", REFS, bundle=REFS)
+    late = rows(tmp_path / "late" / "hyps.jsonl", REFS, bundle=cut)
+    assert bench.main([str(early), str(late), "--manifest", str(synth), str(short)]) == 0
+    synth_table = capsys.readouterr().out.split("## short")[0]
+    assert "| early/hyps:bundle | 0.0% (3) |" in synth_table
+    assert "| late/hyps:bundle | 25.0% (3) |" in synth_table
 
 
 def test_rows_that_disagree_or_fall_outside_the_sets_are_refused(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ column per model, all normalised as it scores them) and prints, per set and mode
 With ``--manifest`` the rows are grouped by the manifest that holds their id (named by
 its file's stem), else taken as one set. Several files of rows (runs of other bundles
 over the same sets) are read side by side: a model's column is named
-``file:model`` when the files hold the same model name.
+``file:model`` when the files hold the same model name (``dir/file:model`` when their
+names are alike too).
 """
 
 from __future__ import annotations
@@ -55,12 +56,22 @@ def read_rows(paths: list[Path]) -> tuple[dict[str, str], dict[str, dict[str, st
                 for name, hyp in row.items():
                     if name not in ("id", "ref"):
                         columns.setdefault((path, name), {})[row["id"]] = hyp
-    names = [name for _, name in columns]
-    renamed = {
-        f"{path.stem}:{name}" if names.count(name) > 1 else name: hyps
-        for (path, name), hyps in columns.items()
-    }
-    return refs, renamed
+    return refs, {label(key, list(columns)): hyps for key, hyps in columns.items()}
+
+
+def label(key: tuple[Path, str], keys: list[tuple[Path, str]]) -> str:
+    """A model's column name: the model, or, if other files hold the same model name, the
+    shortest tail of its file's path (without the suffix) that no other such file shares,
+    then the model (``one:bundle``, ``early/whisper_hyps:bundle``)."""
+    path, name = key
+    rivals = [p.with_suffix("").parts for p, n in keys if n == name and p != path]
+    if not rivals:
+        return name
+    parts = path.with_suffix("").parts
+    for depth in range(1, len(parts) + 1):
+        if all(rival[-depth:] != parts[-depth:] for rival in rivals):
+            return f"{'/'.join(parts[-depth:])}:{name}"
+    return f"{path}:{name}"
 
 
 def dropped_last_word(ref: str, hyp: str) -> bool:
