@@ -559,10 +559,9 @@ UNNAMED = {"adapter_sha1": NO_ADAPTER}  # what a file that names nothing was lea
 def metadata_for(path: Path, expected: Mapping[str, str], remedy: str) -> dict[str, str]:
     """A safetensors file's metadata, a ValueError unless each ``expected`` key has its
     value there (a file that names no student is taken as it is)."""
-    from safetensors import safe_open
+    from asr.whisper_encoder import weights_metadata
 
-    with safe_open(str(path), "pt") as f:
-        meta = f.metadata() or {}
+    meta = weights_metadata(path)
     for key, want in expected.items():
         if meta.get(key, UNNAMED.get(key, want)) != want:
             learnt = "student" if key == "student_sha1" else "decoder (its adapters)"

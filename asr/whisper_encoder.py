@@ -568,6 +568,16 @@ def weights_file(path: str | Path) -> Path:
     return path / WEIGHTS_FILE if path.is_dir() or not path.suffix else path
 
 
+def weights_metadata(path: str | Path) -> dict[str, str]:
+    """A safetensors file's metadata (what a student was distilled as, what it was learnt
+    on), a ValueError if the file cannot be read as one."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except SafetensorError as err:
+        raise ValueError(f"{path}: unreadable weights ({err})") from None
+
+
 def load_encoder(path: str | Path) -> WhisperEncoder:
     """Load weights written by ``asr import-whisper`` or ``asr distill`` (a directory holding
     ``encoder.safetensors``, or the file itself) in float32."""

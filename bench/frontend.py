@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 from torch import nn
 from tqdm import tqdm
 
@@ -48,6 +47,8 @@ from asr.whisper_encoder import (  # noqa: E402
     WhisperEncoder,
     load_encoder,
     quantized,
+    weights_file,
+    weights_metadata,
 )
 from asr.whisper_features import SAMPLE_RATE, StreamingWhisperMel, log_mel  # noqa: E402
 from training.dataset import entry_audio, make_batches  # noqa: E402
@@ -78,8 +79,7 @@ class Variant:
         elif kind == "student":
             path, _, chunk = rest.partition(":")
             self.encoder = load_encoder(path)
-            with safe_open(str(Path(path) / "encoder.safetensors"), "pt") as f:
-                saved = json.loads(f.metadata().get("streaming", "{}"))
+            saved = json.loads(weights_metadata(weights_file(path)).get("streaming", "{}"))
             self.streaming = Streaming(**saved) if saved else Streaming()
             if chunk:
                 self.streaming = Streaming(int(chunk), self.streaming.left_context)

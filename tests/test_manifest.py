@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from training.manifest import Entry, audio_info, read_manifest, write_manifest
+from training.manifest import Entry, audio_info, distinct_names, read_manifest, write_manifest
 
 
 def write_sphere(path: Path, samples: np.ndarray, rate: int = 16000) -> None:
@@ -178,3 +178,15 @@ def test_text_can_be_optional_for_readers_that_ignore_it(tmp_path: Path) -> None
     assert [s.id for s in skipped] == ["number"] and "string" in skipped[0].reason
     kept, skipped = read_manifest(manifest, log=io.StringIO())
     assert kept == [] and [s.reason for s in skipped][:2] == ["empty text", "missing field(s) text"]
+
+
+def test_distinct_names_keep_files_of_one_stem_apart() -> None:
+    """Reports name each manifest by its stem, and by as much more of its path as tells it
+    from another's; a file given twice is refused."""
+    names = distinct_names(
+        [Path("data/live/dev.jsonl"), Path("/x/mix/synth-dev/dev.jsonl"), Path("short.jsonl")]
+    )
+    assert names == ["live/dev", "synth-dev/dev", "short"]
+    assert distinct_names([Path("dev.jsonl"), Path("/a/dev.jsonl")]) == ["dev", "a/dev"]
+    with pytest.raises(ValueError, match="given twice"):
+        distinct_names([Path("a/dev.jsonl"), Path("a/dev.json")])

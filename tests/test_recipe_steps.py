@@ -331,7 +331,14 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert order.index("bench/real_speech.py") < order.index("pseudo-label")
     held = {str(data / "dev.jsonl"), str(data / "test_short.jsonl")}
     draws = [c for c in first if "training.recipes.synth_corpus" in c]
-    assert len(draws) == 5  # the mix's speech, the short dev split, three supplements
+    assert len(draws) == 6  # the mix's speech, two dev splits, three supplements
+    # the larger synthetic dev split speaks nothing the layers or the speller learn from, and
+    # none of the supplements' everyday text
+    (synth_dev,) = [d for d in draws if d[d.index("--out") + 1].endswith("synth-dev")]
+    assert {str(data / "train.jsonl"), str(tmp_path / "mix" / "synth" / "train.jsonl")} <= set(
+        synth_dev
+    )
+    assert "everyday" not in " ".join(synth_dev)
     for draw in draws:
         assert held <= set(draw[draw.index("--exclude") + 1 :])
     supplements = [d for d in draws if "everyday" in d[d.index("--text") + 1]]
@@ -366,6 +373,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert len(passes) == 3 and all(c[3:5] == [str(base), str(bundle)] for c in passes)
     for manifest in passes[0][passes[0].index("--manifest") + 1 :]:
         assert not Path(manifest).name.startswith("test_")  # dev sets choose, not test ones
+    assert all(str(tmp_path / "mix" / "synth-dev" / "dev.jsonl") in c for c in passes)
     figures = {
         str(p.relative_to(tmp_path / "exp" / "dev"))
         for p in (tmp_path / "exp" / "dev").rglob("*.txt")
@@ -384,3 +392,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         assert finished not in again
     assert "tune-speller" not in again and "train-speller" not in again
     assert "bench/real_speech.py" not in again
+    # a distilled student redone after the blend is blended again
+    later = time.time() + 5
+    os.utime(tmp_path / "exp" / "student" / "student" / "encoder.safetensors", (later, later))
+    assert "blend-students" in [c[1] for c in run()]

@@ -670,8 +670,7 @@ def test_grids_follow_the_bundles_student_not_its_path(tmp_path) -> None:  # noq
     blended in): its grids are computed again, not read from the old student's cache."""
     from asr.frontend import BUNDLE_ENCODER_FILE
     from asr.speller import ADAPTER_FILE, POLICY_FILE
-    from asr.whisper_encoder import load_encoder
-    from training.blend import metadata
+    from asr.whisper_encoder import load_encoder, weights_metadata
     from training.distill import save_encoder
     from training.speller import run
 
@@ -691,7 +690,9 @@ def test_grids_follow_the_bundles_student_not_its_path(tmp_path) -> None:  # noq
     student = load_encoder(MODEL / BUNDLE_ENCODER_FILE)
     with torch.no_grad():
         student.conv1.bias.add_(0.01)
-    changed = save_encoder(student, tmp_path / "changed", metadata(MODEL / BUNDLE_ENCODER_FILE))
+    changed = save_encoder(
+        student, tmp_path / "changed", weights_metadata(MODEL / BUNDLE_ENCODER_FILE)
+    )
     (bundle / BUNDLE_ENCODER_FILE).unlink()
     (bundle / BUNDLE_ENCODER_FILE).symlink_to(changed)
     assert run(args) == 0

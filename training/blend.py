@@ -24,15 +24,14 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from asr.speller import file_sha1
-from asr.whisper_encoder import load_encoder, weights_file
+from asr.whisper_encoder import WhisperDims, load_encoder, weights_file, weights_metadata
 from training.distill import save_encoder
 
 # the metadata that describes how a student serves: blending two that differ in these
 # would give weights that match neither's masks
-SERVED_AS = ("d_model", "n_layers", "n_heads", "n_ctx", "n_mels", "streaming", "delay")
+SERVED_AS = (*WhisperDims.__dataclass_fields__, "streaming", "delay")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,14 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tuned", type=Path, required=True, help="asr distill's student")
     parser.add_argument("--weight", type=float, required=True, help="the tuned student's share")
     parser.add_argument("--out", type=Path, required=True, help="directory of the blend")
-
-
-def metadata(path: Path) -> dict[str, str]:
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except SafetensorError as err:
-        raise ValueError(f"{path}: unreadable weights ({err})") from None
 
 
 def blend(start: Path, tuned: Path, weight: float, out: Path) -> Path:
@@ -63,7 +54,7 @@ def blend(start: Path, tuned: Path, weight: float, out: Path) -> Path:
         raise FileNotFoundError(f"{missing} is missing (`asr distill` writes students)")
     if weights_file(out).resolve() in (start_file.resolve(), tuned_file.resolve()):
         raise ValueError(f"--out {out}: that would overwrite a student being blended")
-    start_meta, tuned_meta = metadata(start_file), metadata(tuned_file)
+    start_meta, tuned_meta = weights_metadata(start_file), weights_metadata(tuned_file)
     differ = [k for k in SERVED_AS if start_meta.get(k) != tuned_meta.get(k)]
     if differ:
         raise ValueError(
@@ -71,11 +62,10 @@ def blend(start: Path, tuned: Path, weight: float, out: Path) -> Path:
             f"{[start_meta.get(k) for k in differ]} against {[tuned_meta.get(k) for k in differ]})"
         )
     first, second = load_encoder(start_file), load_encoder(tuned_file)
-    mixed = second.state_dict()
+    mixed = second.state_dict()  # its tensors are the network's: mixed in place
     with torch.no_grad():
         for name, value in first.state_dict().items():
             mixed[name].mul_(weight).add_(value, alpha=1.0 - weight)
-    second.load_state_dict(mixed)
     kept = {k: v for k, v in tuned_meta.items() if not k.startswith("heldout_")}
     source = {"start": str(start_file), "start_sha1": file_sha1(start_file)}
     source |= {"tuned": str(tuned_file), "tuned_sha1": file_sha1(tuned_file), "weight": weight}

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -163,6 +163,25 @@ def read_manifest(
             file=log,
         )
     return entries, skipped
+
+
+def distinct_names(paths: Sequence[Path]) -> list[str]:
+    """A short name for each of several files: its stem, or, where another file has the same
+    stem, the shortest tail of its path (without the suffix) that no other file shares
+    (``live/dev`` beside ``synth-dev/dev``), so that reports keep every file apart."""
+    tails = [Path(p).with_suffix("").parts for p in paths]
+    if len(set(tails)) < len(tails):
+        twice = next(p for p, t in zip(paths, tails) if tails.count(t) > 1)
+        raise ValueError(f"{twice} is given twice")
+    names = []
+    for i, parts in enumerate(tails):
+        rivals = tails[:i] + tails[i + 1 :]
+        depth = next(
+            (d for d in range(1, len(parts)) if all(r[-d:] != parts[-d:] for r in rivals)),
+            len(parts),
+        )
+        names.append(str(Path(*parts[-depth:])))
+    return names
 
 
 _BLANK = object()

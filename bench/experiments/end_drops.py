@@ -17,7 +17,7 @@ column per model, all normalised as it scores them) and prints, per set and mode
     python bench/experiments/end_drops.py hyps.jsonl --manifest DEV...
 
 With ``--manifest`` the rows are grouped by the manifest that holds their id (named by
-its file's stem), else taken as one set. Several files of rows (runs of other bundles
+its file's stem, or as much of its path as tells it from another's), else taken as one set. Several files of rows (runs of other bundles
 over the same sets) are read side by side: a model's column is named
 ``file:model`` when the files hold the same model name (``dir/file:model`` when their
 names are alike too).
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from asr.scoring import score  # noqa: E402
-from training.manifest import read_manifest  # noqa: E402
+from training.manifest import distinct_names, read_manifest  # noqa: E402
 
 DIGITS = frozenset("zero oh one two three four five six seven eight nine".split())
 
@@ -56,22 +56,17 @@ def read_rows(paths: list[Path]) -> tuple[dict[str, str], dict[str, dict[str, st
                 for name, hyp in row.items():
                     if name not in ("id", "ref"):
                         columns.setdefault((path, name), {})[row["id"]] = hyp
-    return refs, {label(key, list(columns)): hyps for key, hyps in columns.items()}
+    return refs, dict(zip(column_names(list(columns)), columns.values()))
 
 
-def label(key: tuple[Path, str], keys: list[tuple[Path, str]]) -> str:
-    """A model's column name: the model, or, if other files hold the same model name, the
-    shortest tail of its file's path (without the suffix) that no other such file shares,
-    then the model (``one:bundle``, ``early/whisper_hyps:bundle``)."""
-    path, name = key
-    rivals = [p.with_suffix("").parts for p, n in keys if n == name and p != path]
-    if not rivals:
-        return name
-    parts = path.with_suffix("").parts
-    for depth in range(1, len(parts) + 1):
-        if all(rival[-depth:] != parts[-depth:] for rival in rivals):
-            return f"{'/'.join(parts[-depth:])}:{name}"
-    return f"{path}:{name}"
+def column_names(keys: list[tuple[Path, str]]) -> list[str]:
+    """Each (file, model) column's name: the model, or, if other files hold the same model
+    name, the file's distinct name and the model (``one:bundle``, ``early/whisper_hyps:bundle``)."""
+    files: dict[str, list[Path]] = {}
+    for path, name in keys:
+        files.setdefault(name, []).append(path)
+    tails = {name: dict(zip(paths, distinct_names(paths))) for name, paths in files.items()}
+    return [name if len(files[name]) == 1 else f"{tails[name][path]}:{name}" for path, name in keys]
 
 
 def dropped_last_word(ref: str, hyp: str) -> bool:
@@ -125,16 +120,16 @@ def report(
 
 
 def group(refs: dict[str, str], manifests: list[Path]) -> dict[str, list[str]]:
-    """The ids of each manifest that holds some (by its stem), in the rows' order."""
+    """The ids of each manifest that holds some (by its distinct name), in the rows' order."""
     if not manifests:
         return {"all": list(refs)}
     sets: dict[str, list[str]] = {}
-    for path in manifests:
+    for name, path in zip(distinct_names(manifests), manifests):
         entries, _ = read_manifest(path, check_audio=False, require_text=False)
         held = {e.id for e in entries}
         ids = [i for i in refs if i in held]
         if ids:
-            sets[path.stem] = ids
+            sets[name] = ids
     grouped = {i for ids in sets.values() for i in ids}
     if len(grouped) < len(refs):
         stray = next(i for i in refs if i not in grouped)

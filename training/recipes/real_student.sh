@@ -46,14 +46,19 @@ real_audio() {
   python -m training.recipes.real_audio --out "$REAL_AUDIO"
 }
 
-synthetic() {  # 1.5 h of the corpus recipe from another seed, and a dev split of 1-3 words
-  # (everyday text, seed 23) that measures short utterances without the held-out test_short
+synthetic() {  # 1.5 h of the corpus recipe from another seed; a dev split of 1-3 words
+  # (everyday text, seed 23) that measures short utterances without the held-out test_short;
+  # and 400 dev sentences (seed 31) that tell candidates apart where $DATA's 100 cannot (a
+  # point there is 8 words), of the corpus's other texts (everyday is the supplements')
   python -m training.recipes.synth_corpus --out "$MIX/synth" --hours 1.5 --seed 11 --jobs 2 \
     --install --engines "${ENGINES[@]}" --text fortune=0.25 wordnet=0.15 austen=0.3 \
     everyday=0.3 --test-size 0 --dev-size 0 --exclude "${HELD[@]}"
   python -m training.recipes.synth_corpus --out "$MIX/short-dev" --hours 0.1 --seed 23 \
     --jobs 1 --install --engines "${ENGINES[@]}" --text everyday=1 --max-words 3 \
     --test-size 0 --dev-size 0 --exclude "${HELD[@]}"
+  python -m training.recipes.synth_corpus --out "$MIX/synth-dev" --hours 0 --seed 31 --jobs 2 \
+    --install --engines "${ENGINES[@]}" --text fortune wordnet austen --test-size 0 \
+    --dev-size 400 --exclude "${HELD[@]}" "$DATA/train.jsonl" "$MIX/synth/train.jsonl"
 }
 
 mix() {  # real English (half of Flight of the Amazon Queen), other languages, long clips
@@ -96,7 +101,8 @@ student() {  # an epoch from the bundle's student, then one from it with warp an
 
 blend() {  # the distilled student and $BASE's, averaged in weight space (WiSE-FT): on the
   # dev sets, closer to the first on real speech and to the second on synthetic speech
-  [ -f "$STUDENT/encoder.safetensors" ] && return
+  # (blended again when the distilled student is newer than the blend)
+  [ "$STUDENT/encoder.safetensors" -nt "$TUNED/encoder.safetensors" ] && return
   asr blend-students --start "$BASE/whisper_encoder.safetensors" --tuned "$TUNED" \
     --weight "$BLEND" --out "$STUDENT"
 }
@@ -166,7 +172,8 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 # for a candidate these chose), greedy: WER (and each hypothesis, *_hyps.jsonl), and word
 # latency on the synthetic dev split, word ends timed by $BASE's CTC head for both (the
 # candidate's own head is new).
-DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/short-dev/train.jsonl")
+DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/synth-dev/dev.jsonl"
+  "$MIX/short-dev/train.jsonl")
 
 pass_figures() {  # $1 = directory, $2 = streaming decoder (whisper, lstm), $3 = its
   # bench/word_latency.py suffix (whisper, greedy): one streaming pass of both bundles
