@@ -374,6 +374,12 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     for manifest in passes[0][passes[0].index("--manifest") + 1 :]:
         assert not Path(manifest).name.startswith("test_")  # dev sets choose, not test ones
     assert all(str(tmp_path / "mix" / "synth-dev" / "dev.jsonl") in c for c in passes)
+    latencies = [c for c in first if c[1] == "bench/word_latency.py"]
+    assert len(latencies) == 3
+    assert all(
+        c[-3:] == [str(tmp_path / "mix" / "synth-dev" / "dev.jsonl"), "--limit", "0"]
+        for c in latencies
+    )
     figures = {
         str(p.relative_to(tmp_path / "exp" / "dev"))
         for p in (tmp_path / "exp" / "dev").rglob("*.txt")

@@ -170,8 +170,8 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 
 # The candidate beside $BASE on the dev sets that choose (the held-out sets are read once,
 # for a candidate these chose), greedy: WER (and each hypothesis, *_hyps.jsonl), and word
-# latency on the synthetic dev split, word ends timed by $BASE's CTC head for both (the
-# candidate's own head is new).
+# latency on the larger synthetic dev split (3,000 words), word ends timed by $BASE's CTC
+# head for both (the candidate's own head is new).
 DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/synth-dev/dev.jsonl"
   "$MIX/short-dev/train.jsonl")
 
@@ -181,7 +181,7 @@ pass_figures() {  # $1 = directory, $2 = streaming decoder (whisper, lstm), $3 =
     --streaming-decoder "$2" --no-whisper --no-two-pass --beam 1 --lm-weight 0 \
     --manifest "${DEVS[@]}" --out "$1/$2_hyps.jsonl"
   figure "$1/$2_latency.txt" python bench/word_latency.py --model "$BASE:$3" "$BUNDLE:$3" \
-    --aligner "$BASE" --manifest "$DATA/dev.jsonl"
+    --aligner "$BASE" --manifest "$MIX/synth-dev/dev.jsonl" --limit 0
 }
 
 speller_figures() {  # Whisper's decoder reading each student whole, then the speller's
