@@ -452,7 +452,11 @@ class Learnt:
     worse: the bundle's policy does without. With ``first_threshold``, a segment's first
     token needs p above it instead: a first token said early is Whisper's guess from the
     onset, which the rest of the segment builds on (the research record: 0.9 read 1-3
-    word utterances 3.4 points better and the dev splits' p95 0.2 s later)."""
+    word utterances 3.4 points better and the dev splits' p95 0.2 s later). With
+    ``patience`` P > 0, agreement lets a token out only once the pointer has waited P
+    states, and never a segment's first: it then frees the few tokens the energy holds back
+    for seconds (real speech, whose states the energy learnt least) without letting out
+    the guesses that agreement from the pointer on lets out (the research record)."""
 
     energy: PolicyEnergy
     threshold: float = 0.5
@@ -461,6 +465,8 @@ class Learnt:
     confidence: float = 0.0
     # a segment's first token needs p above this instead of the threshold (0: the threshold)
     first_threshold: float = 0.0
+    # states the pointer waits before agreement applies, never to a first token (0: at once)
+    patience: int = 0
     stride: int = CHUNK_STATES
     reads_attention: ClassVar[bool] = False
 
@@ -486,6 +492,10 @@ class Learnt:
         first = boundary - (self.agreement - 1) * self.stride
         if self.agreement < 2 or first <= next_token.pointer:
             return False
+        if self.patience and (
+            not next_token.tokens or boundary - next_token.pointer < self.patience
+        ):
+            return False
         token = next_token.read(boundary).token
         earlier = range(first, boundary, self.stride)
         return all(next_token.read(b).token == token for b in earlier)
@@ -495,7 +505,8 @@ class Learnt:
         cls, path: Path, threshold: float | None = None, learnt_on: Mapping[str, str] | None = None
     ) -> Learnt:
         """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None;
-        its agreement, confidence and first token's threshold, the file's or none); with ``learnt_on`` (a bundle's
+        its agreement, patience, confidence and first token's threshold, the file's or
+        none); with ``learnt_on`` (a bundle's
         :func:`learnt_on`), a ValueError unless it was learnt on that student's states and
         that decoder's readings."""
         meta = metadata_for(path, learnt_on or {}, "asr train-speller")
@@ -507,10 +518,11 @@ class Learnt:
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
         agreement = check_agreement(int(meta.get("agreement", 0)))
+        patience = check_patience(int(meta.get("patience", 0)))
         confidence = check_optional_probability(float(meta.get("confidence", 0)), "confidence")
         first = float(meta.get("first_threshold", 0))
         first = check_optional_probability(first, "first token's threshold")
-        return cls(energy, threshold, agreement, confidence, first)
+        return cls(energy, threshold, agreement, confidence, first, patience)
 
 
 def check_agreement(agreement: int) -> int:
@@ -518,6 +530,13 @@ def check_agreement(agreement: int) -> int:
     if agreement < 0:
         raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
     return agreement
+
+
+def check_patience(patience: int) -> int:
+    """A learnt policy's patience: 0 (agreement at once) or the states its pointer waits."""
+    if patience < 0:
+        raise ValueError(f"a policy's patience must be at least 0 states, got {patience}")
+    return patience
 
 
 def check_optional_probability(value: float, what: str) -> float:

@@ -27,6 +27,7 @@ from asr.speller import (
     NextToken,
     Policy,
     PolicyEnergy,
+    Reading,
     Speller,
     SpellerModel,
     SpellerOptions,
@@ -573,6 +574,38 @@ def test_a_first_threshold_holds_back_only_a_segments_first_token(
     assert eased.boundaries[0] == plain.boundaries[0] and eased_early[0]
 
 
+@dataclass
+class Waiting:
+    """What a policy sees of a next token (as :class:`NextToken`), the decoder reading the
+    same ``token`` at every boundary."""
+
+    tokens: list[int]
+    pointer: int
+    token: int = 7
+    states: torch.Tensor = field(default_factory=lambda: torch.zeros(200, 6))
+
+    def read(self, boundary: int) -> Reading:
+        return Reading(boundary, torch.zeros(10), self.token, None, None, torch.zeros(8))  # type: ignore[arg-type]
+
+
+def test_patience_lets_agreement_free_only_a_token_held_long_after_the_first() -> None:
+    """An energy that always says no, agreement 2: from the pointer on, a token goes out
+    once two chunk ends past the pointer read it alike; with patience 32 only once the
+    pointer has waited 32 states, and a segment's first token never by agreement."""
+    energy = PolicyEnergy(8, 6, 4)
+    with torch.no_grad():
+        energy.r.fill_(-100.0)  # p = 0 everywhere
+    eager = Learnt(energy, agreement=2)
+    patient = Learnt(energy, agreement=2, patience=32)
+    later = Waiting(tokens=[5], pointer=10)
+    assert not eager.emits(later, 26)  # the chunk end before lies at the pointer
+    assert eager.emits(later, 34) and not patient.emits(later, 34)  # waited 24 states
+    assert eager.emits(later, 42) and patient.emits(later, 42)  # waited 32
+    first = Waiting(tokens=[], pointer=10)
+    assert eager.emits(first, 42) and not patient.emits(first, 200)
+    assert not Learnt(energy, patience=32).emits(later, 200)  # patience without agreement
+
+
 def test_a_memory_cut_mid_word_does_not_end_the_sentence(
     bundle: tuple[Frontend, SpellerModel],
     tiny_policy: Learnt,
@@ -603,6 +636,11 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
     energy.save(tmp_path / "never.safetensors", meta={"first_threshold": "1"})
     with pytest.raises(ValueError, match="first token's threshold must be 0 .off. or in"):
         Learnt.load(tmp_path / "never.safetensors")
+    energy.save(tmp_path / "patient.safetensors", meta={"agreement": "2", "patience": "32"})
+    assert Learnt.load(tmp_path / "patient.safetensors").patience == 32
+    energy.save(tmp_path / "hasty.safetensors", meta={"patience": "-16"})
+    with pytest.raises(ValueError, match="patience must be at least 0 states"):
+        Learnt.load(tmp_path / "hasty.safetensors")
 
 
 def train_speller_args(tmp_path, clips: int, *extra: str):  # noqa: ANN001, ANN201
@@ -643,9 +681,14 @@ def test_train_speller_learns_from_clips_without_text(tmp_path) -> None:  # noqa
     assert len(list((tmp_path / "grids").glob("*.npz"))) == 2
     assert (tmp_path / "out" / POLICY_FILE).is_file()
     # a likelihood cap: recorded in the policy file; one outside (0, 1] refused by name
-    capped = argparse.Namespace(**vars(args) | {"likelihood_cap": 0.5, "out": tmp_path / "cap"})
+    capped = argparse.Namespace(
+        **vars(args)
+        | {"likelihood_cap": 0.5, "agreement": 2, "patience": 32, "out": tmp_path / "cap"}
+    )
     assert run(capped) == 0
     assert metadata_for(tmp_path / "cap" / POLICY_FILE, {}, "")["likelihood_cap"] == "0.5"
+    served = Learnt.load(tmp_path / "cap" / POLICY_FILE)  # and how it serves
+    assert (served.agreement, served.patience) == (2, 32)
     capped.likelihood_cap = 1.5
     with pytest.raises(ValueError, match="--likelihood-cap must be in"):
         run(capped)

@@ -76,6 +76,7 @@ from asr.speller import (
     bundle_adapter,
     check_agreement,
     check_optional_probability,
+    check_patience,
     file_sha1,
     learnt_on,
 )
@@ -123,6 +124,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "ends in a row (0: the energy alone)",
     )
     parser.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="serving: agreement lets a token out only once the pointer has waited this many "
+        "states (20 ms each), and never a segment's first (0: at once)",
+    )
+    parser.add_argument(
         "--confidence",
         type=float,
         default=0.0,
@@ -159,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from training.manifest import read_manifest
 
     check_agreement(args.agreement)
+    check_patience(args.patience)
     check_optional_probability(args.confidence, "confidence")
     check_optional_probability(args.first_threshold, "first token's threshold")
     if not 0 < args.likelihood_cap <= 1:
@@ -195,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     trainer.cap = args.likelihood_cap
     trainer.meta = learnt_on(args.model) | {
         "agreement": str(args.agreement),
+        "patience": str(args.patience),
         "confidence": str(args.confidence),
         "first_threshold": str(args.first_threshold),
         "likelihood_cap": str(args.likelihood_cap),
