@@ -226,7 +226,7 @@ class Policy(nn.Module):
             meta = metadata_for(path, {}, "")
             weights = load_file(str(path))
         except SafetensorError as err:
-            raise ValueError(f"{path}: not a safetensors file ({err})") from None
+            raise ValueError(f"{path}: unreadable weights ({err})") from None
         if not {"units", "dim"} <= meta.keys():
             raise ValueError(f"{path}: not a prototype policy (bench/monotonic_speller.py --save)")
         policy = cls(embeddings, int(meta["units"]), int(meta["dim"]))
