@@ -506,9 +506,8 @@ class Learnt:
     ) -> Learnt:
         """The policy saved by :meth:`PolicyEnergy.save` (``threshold``: the file's if None;
         its agreement, patience, confidence and first token's threshold, the file's or
-        none); with ``learnt_on`` (a bundle's
-        :func:`learnt_on`), a ValueError unless it was learnt on that student's states and
-        that decoder's readings."""
+        none); with ``learnt_on`` (a bundle's :func:`learnt_on`), a ValueError unless it
+        was learnt on that student's states and that decoder's readings."""
         meta = metadata_for(path, learnt_on or {}, "asr train-speller")
         energy = PolicyEnergy(*(int(meta[k]) for k in ("state_dim", "key_dim", "dim")))
         energy.load_state_dict(load_file(str(path)))

@@ -17,10 +17,10 @@ column per model, all normalised as it scores them) and prints, per set and mode
     python bench/experiments/end_drops.py hyps.jsonl --manifest DEV...
 
 With ``--manifest`` the rows are grouped by the manifest that holds their id (named by
-its file's stem, or as much of its path as tells it from another's), else taken as one set. Several files of rows (runs of other bundles
-over the same sets) are read side by side: a model's column is named
-``file:model`` when the files hold the same model name (``dir/file:model`` when their
-names are alike too).
+its file's stem, or by as much of its path as tells it from another's), else taken as one
+set. Several files of rows (runs of other bundles over the same sets) are read side by
+side: a model's column is named ``file:model`` when the files hold the same model name
+(``dir/file:model`` when their names are alike too).
 """
 
 from __future__ import annotations
