@@ -516,26 +516,20 @@ class Learnt:
             threshold = float(meta.get("threshold", 0.5))
         if not 0 < threshold < 1:
             raise ValueError(f"a policy's threshold must be in (0, 1), got {threshold}")
-        agreement = check_agreement(int(meta.get("agreement", 0)))
-        patience = check_patience(int(meta.get("patience", 0)))
+        agreement = check_count(int(meta.get("agreement", 0)), "agreement")
+        patience = check_count(int(meta.get("patience", 0)), "patience", " states")
         confidence = check_optional_probability(float(meta.get("confidence", 0)), "confidence")
         first = float(meta.get("first_threshold", 0))
         first = check_optional_probability(first, "first token's threshold")
         return cls(energy, threshold, agreement, confidence, first, patience)
 
 
-def check_agreement(agreement: int) -> int:
-    """A learnt policy's agreement, 0 (off) or the chunk ends in a row that must agree."""
-    if agreement < 0:
-        raise ValueError(f"a policy's agreement must be at least 0, got {agreement}")
-    return agreement
-
-
-def check_patience(patience: int) -> int:
-    """A learnt policy's patience: 0 (agreement at once) or the states its pointer waits."""
-    if patience < 0:
-        raise ValueError(f"a policy's patience must be at least 0 states, got {patience}")
-    return patience
+def check_count(value: int, what: str, unit: str = "") -> int:
+    """A learnt policy's ``what``, a count of ``unit`` where 0 is off: its agreement (chunk
+    ends in a row that must agree), its patience (states its pointer waits)."""
+    if value < 0:
+        raise ValueError(f"a policy's {what} must be at least 0{unit}, got {value}")
+    return value
 
 
 def check_optional_probability(value: float, what: str) -> float:

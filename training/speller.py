@@ -74,9 +74,8 @@ from asr.speller import (
     Speller,
     SpellerModel,
     bundle_adapter,
-    check_agreement,
+    check_count,
     check_optional_probability,
-    check_patience,
     file_sha1,
     learnt_on,
 )
@@ -166,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
     from asr.bundle import load_model
     from training.manifest import read_manifest
 
-    check_agreement(args.agreement)
-    check_patience(args.patience)
+    check_count(args.agreement, "agreement")
+    check_count(args.patience, "patience", " states")
     check_optional_probability(args.confidence, "confidence")
     check_optional_probability(args.first_threshold, "first token's threshold")
     if not 0 < args.likelihood_cap <= 1:
