@@ -11,7 +11,9 @@ right, latency = shown time - the word's end in the audio. Printed per model: me
 p95 and the share of words over 400 ms (the goal: p95 at most 400 ms for the streaming
 pass), with words right against reference words so that a reader sees the coverage; and
 the median and p95 of number words ("seventy", "thousand") and of the others apart, as a
-number's words may wait for the number's end.
+number's words may wait for the number's end; and the share of right words shown only
+after the next word had ended too (of all, and of those over 400 ms), as a policy that
+holds a short word for the sound after it does.
 
 All times are audio time (seconds of audio fed), as if the model kept up with real time:
 processing time is excluded and measured elsewhere (bench/load.py, bench/streaming.py).
@@ -137,6 +139,15 @@ def right_word_latencies(
     return [times[b] - ends[a] for a, b in right_words(reference, words)]
 
 
+def shown_after_next_word(
+    reference: list[str], ends: list[float], words: list[str], times: list[float]
+) -> list[bool]:
+    """Per right word, whether it was shown only once the next reference word had ended as
+    well: held for the sound after it, which tells a short word ("a", "and") from the start
+    of a longer one. A reference's last word has no next word: False."""
+    return [a + 1 < len(ends) and times[b] >= ends[a + 1] for a, b in right_words(reference, words)]
+
+
 # -- the aligner's side: where each reference word ends -----------------------------------
 def aligner_problem(recognizer: Recognizer) -> str | None:
     """What a bundle lacks to make word ends (None: nothing), all of it at once."""
@@ -238,6 +249,8 @@ class Figures:
     words: int = 0  # reference words of the aligned utterances
     latencies: list[float] = field(default_factory=list)
     numbers: list[bool] = field(default_factory=list)  # per right word: a number word
+    # per right word: shown only after the next reference word had ended
+    after_next: list[bool] = field(default_factory=list)
     # per right word: the time its final states for it less its aligned end
     time_errors: list[float] = field(default_factory=list)
 
@@ -248,6 +261,7 @@ class Figures:
             median, p90, p95 = np.percentile(ms, [50, 90, 95]).tolist()
             over = float(np.mean(ms > GOAL_MS))
             stats = {"median": median, "p90": p90, "p95": p95, "over_400_share": over}
+        held = np.array(self.after_next, bool)  # empty: not counted
         errors = np.abs(np.array(self.time_errors)) * 1000
         error = None
         if len(errors):
@@ -263,11 +277,18 @@ class Figures:
             "words_right": len(ms),
             "right_share": len(ms) / self.words if self.words else None,
             "latency_ms": stats,
+            "after_next_word_share": share(held),
+            "after_next_word_share_over_goal": share(held[ms > GOAL_MS]) if len(held) else None,
             "latency_ms_by_kind": {
                 kind: by_kind(ms[np.array(self.numbers, bool) == (kind == "numbers")])
                 for kind in ("numbers", "other")
             },
         }
+
+
+def share(flags: np.ndarray) -> float | None:
+    """The share of true ``flags`` (None for none)."""
+    return float(np.mean(flags)) if len(flags) else None
 
 
 def by_kind(ms: np.ndarray) -> dict[str, float | int | None]:
@@ -445,6 +466,7 @@ def measure(
             fig.words += len(reference)
             fig.latencies += right_word_latencies(reference, ends, shown, times)
             fig.numbers += [reference[a] in NUMBER_WORDS for a, _ in right_words(reference, shown)]
+            fig.after_next += shown_after_next_word(reference, ends, shown, times)
             fig.time_errors += right_word_latencies(reference, ends, shown, stated)
     return unaligned, words
 
@@ -492,8 +514,19 @@ def report(result: dict) -> str:
             + "; ".join(
                 f"{row['model']} {kinds(row)}" for row in result["models"] if row["latency_ms"]
             ),
+            f"shown only after the next word had ended, of the right words / of those over "
+            f"{GOAL_MS:g} ms: "
+            + "; ".join(
+                f"{row['model']} {held(row)}" for row in result["models"] if row["latency_ms"]
+            ),
         ]
     )
+
+
+def held(row: dict) -> str:
+    """``a% / b%`` of one model's row: its words shown only after the next word had ended."""
+    shares = [row["after_next_word_share"], row["after_next_word_share_over_goal"]]
+    return " / ".join("-" if share is None else f"{100 * share:.1f}%" for share in shares)
 
 
 def kinds(row: dict) -> str:

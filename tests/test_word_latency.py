@@ -66,6 +66,23 @@ def test_only_right_words_have_a_latency(bench: types.ModuleType) -> None:
     assert latencies == pytest.approx([0.2, 0.2, 0.5])
 
 
+def test_words_held_for_the_next_word_are_counted(bench: types.ModuleType) -> None:
+    reference, ends = ["a", "b", "c", "d"], [0.1, 0.2, 0.3, 0.4]
+    words, times = ["a", "x", "c", "d"], [0.25, 0.35, 0.35, 0.9]  # "b" missed, "d" last
+    held = bench.shown_after_next_word(reference, ends, words, times)
+    assert held == [True, False, False]  # "a" at 0.25 >= "b"'s end; "c" at 0.35 < 0.4
+    fig = bench.Figures("m", two_pass=False, words=len(reference))
+    fig.latencies = bench.right_word_latencies(reference, ends, words, times)
+    fig.after_next = held
+    row = fig.to_dict()
+    assert row["after_next_word_share"] == pytest.approx(1 / 3)
+    assert row["after_next_word_share_over_goal"] == pytest.approx(0.0)  # "d": 500 ms, last
+    fig.after_next = [True, False, True]  # over the goal only "d", now marked held
+    assert fig.to_dict()["after_next_word_share_over_goal"] == pytest.approx(1.0)
+    fig.latencies, fig.after_next = [0.1], [False]
+    assert fig.to_dict()["after_next_word_share_over_goal"] is None  # none over the goal
+
+
 def test_number_words_are_reported_apart(bench: types.ModuleType) -> None:
     reference = "call nine one one at once".split()
     words, times = "call nine one one at once".split(), [0.2, 0.9, 1.5, 2.0, 0.8, 0.9]
@@ -153,11 +170,12 @@ def test_latency_of_every_word_against_its_aligned_end(
 
     # The expected figures, from the aligner's word ends and the shown times taken apart.
     aligner = bench.Aligner.of(load_model(ctc_bundle))
-    expected = []
+    expected, held = [], []
     for samples, words, times in kept:
         ends = aligner.word_ends(samples, " ".join(words))
         assert ends == sorted(ends) and 0 < ends[0] and ends[-1] <= len(samples) / RATE
         expected += [1000 * (t - e) for t, e in zip(times, ends)]
+        held += [t >= e for t, e in zip(times, ends[1:])] + [False]
     words = sum(len(w) for _, w, _ in kept)
     assert result["reference_words"] == words + TOO_MANY
     assert (first["utterances"], first["words_aligned"], first["words_right"]) == (
@@ -168,6 +186,7 @@ def test_latency_of_every_word_against_its_aligned_end(
     stats = first["latency_ms"]
     assert stats["median"] == pytest.approx(statistics.median(expected))
     assert stats["over_400_share"] == pytest.approx(np.mean(np.array(expected) > 400))
+    assert first["after_next_word_share"] == pytest.approx(np.mean(held))
     for row in result["models"]:
         assert row["utterances"] == len(kept) and row["words_aligned"] == words
         assert 0 <= row["words_right"] <= row["words_aligned"]
@@ -182,6 +201,7 @@ def test_latency_of_every_word_against_its_aligned_end(
     assert row[1:6] == ["one-pass", str(len(kept)), str(words), str(words), "100.0"]
     assert row[6:9] == [f"{stats[k]:.0f}" for k in ("median", "p90", "p95")]
     assert f"{len(kept) + 1} utterances" in printed and "1 skipped" in printed
+    assert f"{one_pass} {100 * np.mean(held):.1f}% / " in printed
 
 
 def test_a_bundle_that_cannot_align_is_refused(

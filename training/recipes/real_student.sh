@@ -31,7 +31,7 @@ MIX=${MIX:-data/mix}
 EXP=${EXP:-exp/real}
 BASE=${BASE:-models/default}
 THREADS=${THREADS:-2}
-MINUTES=${MINUTES:-150}
+MINUTES=${MINUTES:-90}  # 15 epochs of the mix; models/default's took 10 in 75 min
 BLEND=${BLEND:-0.5}
 read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 mkdir -p "$EXP"
