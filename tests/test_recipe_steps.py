@@ -41,6 +41,13 @@ def test_a_timed_step_adds_its_wall_time_and_keeps_its_status(tmp_path: Path) ->
     failed = bash("timed steps.tsv training false; echo after", tmp_path)
     assert failed.returncode != 0 and "after" not in failed.stdout  # -e stops the recipe
     assert rows(tmp_path / "steps.tsv")[-1][0] == "training"  # its time still counts
+    assert not (tmp_path / "steps.tsv.running").exists()
+
+    # -e holds inside a step too: its first failing command ends it, and the recipe
+    step = bash("two() { false; echo second; }; timed steps.tsv frames two; echo after", tmp_path)
+    assert step.returncode != 0 and "second" not in step.stdout and "after" not in step.stdout
+    assert rows(tmp_path / "steps.tsv")[-1][0] == "frames"
+    assert not (tmp_path / "steps.tsv.running").exists()
 
 
 def test_a_step_killed_with_its_session_counts_up_to_its_last_heartbeat(tmp_path: Path) -> None:
@@ -167,9 +174,12 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def side_by_side(tmp_path: Path, fail_kind: str = "") -> Iterator[tuple[subprocess.Popen, list]]:
+def side_by_side(
+    tmp_path: Path, fail_kind: str = "", step: bool = False
+) -> Iterator[tuple[subprocess.Popen, list]]:
     """train_side_by_side with the stand-in trainer, in its own session as a recipe run from
-    a terminal is (its process group is what Ctrl-C signals), once both have started.
+    a terminal is (its process group is what Ctrl-C signals), once both have started; with
+    ``step``, as a recipe's timed step that then copies what they made (touches ``copied``).
     Whatever the test found, nothing it started is left running afterwards."""
     stub = tmp_path / "bin"
     stub.mkdir()
@@ -178,6 +188,12 @@ def side_by_side(tmp_path: Path, fail_kind: str = "") -> Iterator[tuple[subproce
     exp = tmp_path / "exp"
     exp.mkdir()
     script = f"set -euo pipefail; source {STEPS}; train_side_by_side {exp} c.yaml"
+    if step:
+        script = (
+            f"set -euo pipefail; source {STEPS}; "
+            f"train() {{ train_side_by_side {exp} c.yaml; touch copied; }}; "
+            "timed steps.tsv training train; touch next-step"
+        )
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "FAIL_KIND": fail_kind}
     recipe = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, start_new_session=True)
     runs = [exp / "monotonic", exp / "softmax"]
@@ -227,6 +243,17 @@ def test_side_by_side_training_passes_ctrl_c_and_term_on_and_waits(
             recipe.send_signal(signal.SIGTERM)
         assert finish(recipe, runs) == status
         assert [events(run)[1:] for run in runs] == [last, last]
+
+
+def test_an_interrupted_training_step_ends_the_recipe_there(tmp_path: Path) -> None:
+    """The step's own next command (copying the best checkpoint into a bundle) and the
+    recipe's next step never run on an unfinished training; the step's time still counts."""
+    with side_by_side(tmp_path, step=True) as (recipe, runs):
+        recipe.send_signal(signal.SIGTERM)
+        assert finish(recipe, runs) == 143
+    assert not (tmp_path / "copied").exists() and not (tmp_path / "next-step").exists()
+    assert [name for name, _ in rows(tmp_path / "steps.tsv")] == ["training"]
+    assert not (tmp_path / "steps.tsv.running").exists()
 
 
 def test_a_failed_training_stops_the_other_before_the_recipe_exits(tmp_path: Path) -> None:

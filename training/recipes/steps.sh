@@ -8,8 +8,11 @@ resume_flag() {  # $1 = run dir: --resume when it holds a checkpoint
 timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall time to the file
   # A step killed with its session (no trap runs on SIGKILL) still counts: a heartbeat
   # touches $1.running every minute, and the next run adds that run's time up to its last
-  # beat before starting.
-  local tsv=$1 name=$2 start beat status=0
+  # beat before starting. The command runs as a plain command, so that under -e a step
+  # stops at its first failing command and the recipe with it (called after `||`, bash
+  # would ignore -e in everything the step runs, and an interrupted training's step would
+  # go on to copy what it had not finished); the EXIT trap then counts its time.
+  local tsv=$1 name=$2 start beat restore status
   shift 2
   settle_killed_step "$tsv"
   echo "== $(date -u +%H:%M:%S) $name"
@@ -18,11 +21,20 @@ timed() {  # $1 = steps.tsv, $2 = step name, then the command; adds its wall tim
   # (its own output closed: a sleep it leaves behind must not hold the recipe's pipes open)
   (while sleep 60; do touch "$tsv.running"; done) > /dev/null 2>&1 &
   beat=$!
-  "$@" || status=$?
-  kill "$beat" 2>/dev/null || true
-  rm -f "$tsv.running"
-  printf '%s\t%s\n' "$name" "$(($(date +%s) - start))" >> "$tsv"
+  restore=$(trap -p EXIT)
+  # shellcheck disable=SC2064  # the values now, for an exit in the middle of the step
+  trap "end_step $(printf '%q ' "$tsv" "$name" "$start" "$beat")" EXIT
+  "$@"
+  status=$?  # 0 here under -e; without -e, the step's status
+  end_step "$tsv" "$name" "$start" "$beat"
+  eval "${restore:-trap - EXIT}"
   return "$status"
+}
+
+end_step() {  # $1 = steps.tsv, $2 = step name, $3 = its start, $4 = its heartbeat's pid
+  kill "$4" 2>/dev/null || true
+  rm -f "$1.running"
+  printf '%s\t%s\n' "$2" "$(($(date +%s) - $3))" >> "$1"
 }
 
 settle_killed_step() {  # $1 = steps.tsv: a killed step's time, start to its last heartbeat
