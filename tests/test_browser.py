@@ -55,7 +55,9 @@ class Recording:
 
         def recorded_open(sample_rate: int, options: SessionOptions | None = None):
             stream = open_stream(sample_rate, options)
-            received = self._received.setdefault(id(stream), [])
+            # a new list even where the id is an ended stream's: ids of freed objects are
+            # reused, and that stream's audio would have counted as this one's
+            received = self._received[id(stream)] = []
             self.streams.append((sample_rate, options, received))
             return stream
 
