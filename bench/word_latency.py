@@ -526,7 +526,7 @@ def report(result: dict) -> str:
 def held(row: dict) -> str:
     """``a% / b%`` of one model's row: its words shown only after the next word had ended."""
     shares = [row["after_next_word_share"], row["after_next_word_share_over_goal"]]
-    return " / ".join("-" if share is None else f"{100 * share:.1f}%" for share in shares)
+    return " / ".join("-" if value is None else f"{100 * value:.1f}%" for value in shares)
 
 
 def kinds(row: dict) -> str:
