@@ -194,6 +194,32 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path: Path, speech_dir: Path) -
         assert torch.equal(expected[name], got[name]), name
 
 
+# Each rank counts its threads before the group, and after it, an optimizer made in between.
+TEARDOWN = """
+import os, torch
+from training.train import Distributed
+threads = lambda: len(os.listdir("/proc/self/task"))
+before = threads()
+with Distributed() as ddp:
+    assert ddp.world == 2
+    torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+print("threads", before, threads())
+"""
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not installed")
+def test_a_rank_tears_its_process_group_down_before_it_exits(tmp_path: Path) -> None:
+    # A group that outlived its teardown (references kept by modules the optimizer imports)
+    # kept gloo's worker threads into interpreter shutdown, where they aborted the rank.
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN)
+    result = run_training(["torchrun", "--standalone", "--nproc_per_node", "2", str(script)])
+    counts = [line.split()[1:] for line in result.stdout.splitlines() if "threads" in line]
+    assert len(counts) == 2
+    for before, after in counts:
+        assert after == before, result.stdout
+
+
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not installed")
 def test_two_processes_make_the_same_update_as_one(tmp_path: Path, speech_dir: Path) -> None:
     manifest = write_manifest(tmp_path / "train.jsonl", speech_dir, count=12)

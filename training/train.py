@@ -253,6 +253,12 @@ class Distributed:
 
     def __enter__(self) -> Distributed:
         if self.world > 1:
+            # torch._dynamo, which the first optimizer imports, keeps references to a process
+            # group that exists when it is imported: imported after init, it kept the group
+            # alive past destroy_process_group, and gloo's worker threads then freed their
+            # last work during interpreter shutdown, aborting a rank (about 1 run in 50).
+            import torch._dynamo  # noqa: F401
+
             backend = "gloo"
             if torch.cuda.is_available():
                 backend = "nccl"
