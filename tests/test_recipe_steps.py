@@ -385,6 +385,11 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert "model.attention.kind=monotonic" in monotonic
     assert not any(a.startswith("train.init=") for a in softmax)
     assert "model.attention.kind=softmax" in softmax
+    # they learn the corpus's own sentences too, as the base's layers did
+    (layers_set,) = [
+        c for c in first if c[1:3] == ["prepare", "merge"] and c[-1].endswith("las/train.jsonl")
+    ]
+    assert str(data / "train.jsonl") in layers_set
     bundle = tmp_path / "exp" / "bundle"
     # the distilled student blended with the base's, half and half
     (blend,) = [c for c in first if c[1] == "blend-students"]
