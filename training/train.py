@@ -269,8 +269,9 @@ class Distributed:
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self.world > 1:
-            # Tear down together: a rank that destroyed its group while rank 0 was still
-            # writing the bundle once died with SIGABRT in gloo (CI, 1 run in many).
+            # Ranks leave together, none while rank 0 still writes the bundle. (The SIGABRT
+            # this barrier was first meant for came from the group outliving its teardown:
+            # see __enter__.)
             if exc_type is None:
                 dist.barrier()
             dist.destroy_process_group()
