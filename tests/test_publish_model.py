@@ -8,13 +8,18 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import soundfile
+import torch
+from safetensors.torch import save_file
 
 from asr.config import Config
 from asr.speller import POLICY_FILE, PolicyEnergy, learnt_on
+from asr.whisper_decoder import DECODER_FILE
+from asr.whisper_text import TOKENIZER_FILE
 from tests.conftest import WHISPER_OVERRIDES, build_bundle, espeak, speech_files
 from tests.test_train import run_training, train_command
 from training.recipes import gather, publish_model, results_table, whisper_card, whisper_publish
@@ -120,6 +125,48 @@ def test_corpus_facts_of_merged_training_and_dev_manifests(tmp_path: Path) -> No
     )
     assert corpus_facts(tmp_path)["train_utterances"] == 1  # the corpus's own splits
     assert corpus_facts(tmp_path)["sizes"]["dev"] == 1
+
+
+def test_corpus_facts_of_a_manifest_with_real_speech(tmp_path: Path) -> None:
+    """LAS layers that learnt pseudo-labelled real recordings and joined clips beside the
+    synthetic corpus: the card counts each kind (the real ones per package), the voices and
+    augmentation of the synthetic speech alone, and gives no merge of supplements that did
+    not make the manifest."""
+    plan = {"hours": 12, "seed": 5, "jobs": 2, "aug_prob": 0.8, "test_size": 2, "dev_size": 1}
+    (tmp_path / "plan.json").write_text(json.dumps(plan | {"engines": ["kokoro"]}))
+    (tmp_path / "everyday").mkdir()  # a supplement of the corpus the manifest did not take
+    (tmp_path / "everyday" / "plan.json").write_text(json.dumps(plan | {"engines": ["piper"]}))
+    synthetic = {"engine": "kokoro", "voice": "af_sky", "duration": 1800.0, "aug": []}
+    real = {"source": "drascula", "language": "en", "duration": 360.0, "text": "hello"}
+    joined = {"parts": ["a", "b"], "voice": "af_sky", "duration": 720.0}
+    for name in ("train", "dev", "test_seen_voices", "test_unseen_voices"):
+        write_jsonl(tmp_path / f"{name}.jsonl", [synthetic])
+    merged = tmp_path / "las_train.jsonl"
+    rows = [synthetic, synthetic | {"aug": [{"kind": "noise"}]}, real, real, joined]
+    write_jsonl(merged, [*rows, real | {"source": "flight-of-the-amazon-queen"}])
+
+    facts = corpus_facts(tmp_path, manifests=(merged, tmp_path / "dev.jsonl"))
+    assert facts["train_utterances"] == 6
+    assert facts["voices"] == {"kokoro": 1}
+    assert facts["augmented"] == 0.5
+    assert facts["mix"] == {
+        "synthetic": {"utterances": 2, "hours": 1.0},
+        "real": {
+            "drascula": {"utterances": 2, "hours": 0.2},
+            "flight-of-the-amazon-queen": {"utterances": 1, "hours": 0.1},
+        },
+        "joined": {"utterances": 1, "hours": 0.2},
+    }
+    assert facts["command"].startswith("python -m training.recipes.synth_corpus --out data/synth")
+    assert "everyday" not in facts["command"] and "merge" not in facts["command"]
+    text = whisper_card.mix_text(facts["mix"])
+    assert "(3 utterances, 0.30 h: drascula 0.20 h, flight-of-the-amazon-queen 0.10 h)" in text
+    assert "transcribed by Whisper-base" in text and "joined from several utterances" in text
+    assert whisper_card.limits_text(facts["mix"]).startswith("Real people are 20% of")  # 0.3/1.5
+    distilled = whisper_card.distilled_text(facts["mix"])
+    assert distilled.startswith(" The student was distilled on synthetic speech (2 utterances")
+    assert "transcribed" not in distilled and "drascula 0.20 h" in distilled
+    assert whisper_card.mix_text(facts["mix"] | {"real": {}, "joined": {"utterances": 0}}) == ""
 
 
 def test_status_says_whether_targets_are_reached() -> None:
@@ -317,6 +364,41 @@ def test_the_distill_command_is_the_one_recorded(tmp_path: Path) -> None:
     assert "# reconstructed:" in distill_command(student, "data/live")
 
 
+def test_a_blended_student_is_the_commands_that_made_it(tmp_path: Path) -> None:
+    """A student blended from one distilled in two runs (the second from the first's): its
+    card gives both runs' commands, then the blend's, and the mix the last run read."""
+    recipe = REPO / "training" / "configs" / "distill.yaml"
+    manifest = tmp_path / "mix.jsonl"
+    write_jsonl(manifest, [{"source": "drascula", "duration": 3600.0}])
+    first, second = tmp_path / "epoch" / "student", tmp_path / "tuned" / "student"
+    settings = [f"distill.train_manifests=[{manifest}]", f"distill.valid_manifest={manifest}"]
+    settings.append("distill.lr=0.001")  # not the recipe's: the recorded config is the command
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    Config.load(recipe, settings).save(first.parent / "config.json")
+    init = f"distill.init={first}/encoder.safetensors"
+    Config.load(recipe, [*settings, init]).save(second.parent / "config.json")
+    blend = tmp_path / "blend"
+    blend.mkdir()
+    recorded = {"start": "models/default/whisper_encoder.safetensors", "weight": 0.5}
+    recorded["tuned"] = str(second / "encoder.safetensors")
+    save_file({"w": torch.zeros(1)}, blend / "encoder.safetensors", {"blend": json.dumps(recorded)})
+
+    assert distill_command(blend, "data/live").split("\n    ") == [
+        f"asr distill --config {first.parent}/config.json --out {first.parent}",
+        f"asr distill --config {second.parent}/config.json --out {second.parent}",
+        "asr blend-students --start models/default/whisper_encoder.safetensors "
+        f"--tuned {second} --weight 0.5 --out {blend}",
+    ]
+    mix = whisper_publish.distillation_mix(blend)
+    assert mix is not None and mix["real"] == {"drascula": {"utterances": 1, "hours": 1.0}}
+    assert whisper_publish.distillation_mix(tmp_path / "none" / "student") is None
+    bundle = tmp_path / "bundle"  # a bundle's own student: its config is not a distillation's
+    bundle.mkdir()
+    Config.load(recipe, settings).save(bundle / "config.json")
+    assert whisper_publish.distillation_mix(bundle / "whisper_encoder.safetensors") is None
+
+
 def test_the_streaming_bench_writes_the_rtf_the_card_reads(tmp_path: Path) -> None:
     """bench/streaming.py --json: the figures it prints, machine-readable (a random model of
     the default size, as the bench uses without a bundle)."""
@@ -420,10 +502,15 @@ def train_tiny(out: Path, data: Path, cache: Path, kind: str) -> Path:
 
 def speller_bundle(out: Path, bundle: Path, student: bytes | None = None) -> Path:
     """A copy of ``bundle`` carrying a learnt policy (untrained) for its student, or for
-    ``student`` (its encoder file's bytes) instead."""
+    ``student`` (its encoder file's bytes) instead, with stand-ins for Whisper's decoder and
+    tokenizer (published bytes, never loaded here) and two-pass finals by default."""
     shutil.copytree(bundle, out)
     if student is not None:
         (out / "whisper_encoder.safetensors").write_bytes(student)
+    (out / DECODER_FILE).write_bytes(b"whisper's decoder")
+    (out / TOKENIZER_FILE).write_text("{}")
+    config = Config.load(out / "config.json")
+    replace(config, decode=replace(config.decode, two_pass=True)).save(out / "config.json")
     PolicyEnergy(dim=8).save(out / POLICY_FILE, meta=learnt_on(out))
     return out
 
@@ -482,8 +569,12 @@ def test_a_whisper_run_pair_is_published_and_cached(
 
     argv += ["--speller", str(speller)]
     assert publish_model.main(argv) == 0
-    # the published bundle carries the speller, which its student reads
-    assert (out / POLICY_FILE).read_bytes() == (speller / POLICY_FILE).read_bytes()
+    # the published bundle carries the speller, which its student reads, the Whisper decoder
+    # it was learnt over, and that decoder's finals as the speller's bundle serves them
+    for name in (POLICY_FILE, DECODER_FILE, TOKENIZER_FILE):
+        assert (out / name).read_bytes() == (speller / name).read_bytes()
+    assert Config.load(out / "config.json").decode.two_pass
+    assert not (run / "best_bundle" / DECODER_FILE).exists()  # its finals measured without it
     assert (
         f"--speller {speller}"
         in json.loads((out / "metrics.json").read_text())["commands"]["publish"]

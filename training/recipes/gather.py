@@ -185,6 +185,8 @@ def corpus_facts(
     plan = json.loads((data / "plan.json").read_text())
     train, valid = manifests or (data / "train.jsonl", data / "dev.jsonl")
     rows = [json.loads(line) for line in train.open(encoding="utf-8")]
+    mix = manifest_mix(rows)
+    synthetic = [row for row in rows if "engine" in row]
     commands = [synth_command(plan, data_arg)]
     supplements = {
         d: json.loads((d / "plan.json").read_text())
@@ -195,13 +197,15 @@ def corpus_facts(
         ("dev", valid, [d for d, p in supplements.items() if p["dev_size"] > 0]),
     ]
     merges = [(split, out, parts) for split, out, parts in merges if out != data / f"{split}.jsonl"]
+    if mix["real"] or mix["joined"]["utterances"]:
+        merges = []  # not the corpus's supplements: the recipe the card names merged them
     if merges:
         commands += [synth_command(p, f"{data_arg}/{d.name}") for d, p in supplements.items()]
     for split, out, parts in merges:
         merged = " ".join(f"{data_arg}/{d.name}/{split}.jsonl" for d in parts)
         commands.append(f"asr prepare merge {data_arg}/{split}.jsonl {merged} --out {out}")
     voices: dict[str, set[str]] = {}
-    for row in rows:
+    for row in synthetic:
         voices.setdefault(row["engine"], set()).add(row["voice"])
     sizes = {
         split: sum(1 for _ in path.open(encoding="utf-8"))
@@ -210,12 +214,32 @@ def corpus_facts(
     return {
         "train_utterances": len(rows),
         "train_hours": sum(row["duration"] for row in rows) / 3600,
-        "augmented": sum(bool(row["aug"]) for row in rows) / max(len(rows), 1),
+        "augmented": sum(bool(row["aug"]) for row in synthetic) / max(len(synthetic), 1),
+        "mix": mix,
         "voices": {engine: len(names) for engine, names in sorted(voices.items())},
         "engines": list(plan["engines"]),
         "text": list(plan.get("text", list(DEFAULT_TEXT))),
         "sizes": sizes,
         "command": "\n    ".join(commands),
+    }
+
+
+def manifest_mix(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a training manifest holds, by kind of audio (a card says each): synthetic speech
+    (a text-to-speech engine's voice), real recordings per package (``source``: pseudo-labelled
+    or with the package's own text) and clips joined from several utterances."""
+
+    def amount(part: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"utterances": len(part), "hours": sum(row["duration"] for row in part) / 3600}
+
+    real: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if "engine" not in row and "source" in row:
+            real.setdefault(row["source"], []).append(row)
+    return {
+        "synthetic": amount([row for row in rows if "engine" in row]),
+        "real": {source: amount(part) for source, part in sorted(real.items())},
+        "joined": amount([row for row in rows if "engine" not in row and "source" not in row]),
     }
 
 

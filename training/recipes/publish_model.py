@@ -40,7 +40,7 @@ from training.recipes.gather import (
     training_facts,
 )
 from training.recipes.synth_corpus import LM_TEXT
-from training.recipes.whisper_publish import publish
+from training.recipes.whisper_publish import RECIPE, publish
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the directory `python bench/real_speech.py --manifests DIR` wrote (all.jsonl)",
     )
     whisper.add_argument("--steps", type=Path, help="the recipe's steps.tsv (step wall times)")
+    whisper.add_argument(
+        "--recipe",
+        default=RECIPE,
+        help="the command that made --run from the corpus (the card's training section names it)",
+    )
     whisper.add_argument(
         "--speller",
         type=Path,

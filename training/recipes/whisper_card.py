@@ -31,6 +31,7 @@ FREQUENCY_COLUMNS = ("streaming", "two_pass", "softmax")  # the card's word-freq
 # WER greedy 32.48 / 30.96 / 31.00% at 0 / 0.2 / 0.3; as served (beam 4, LM 0.4) 20.81 /
 # 19.55 / 19.65%. (Kept here, beside the card, since the card cites this comment.)
 CTC_WEIGHT = 0.2
+RECIPE = "bash training/recipes/whisper_model.sh"  # what makes a run from the corpus
 
 
 def hours_minutes(seconds: float) -> str:
@@ -537,11 +538,82 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def amount_text(amount: dict[str, Any]) -> str:
+    """'2,043 utterances, 1.48 h' (one part of a manifest_mix)."""
+    return f"{amount['utterances']:,} utterances, {amount['hours']:.2f} h"
+
+
+def mix_parts(mix: dict[str, Any], labels: bool) -> list[str]:
+    """The real recordings per package and the joined clips of a manifest_mix, each as a
+    phrase (none when it has neither); ``labels``: say whose text the recordings have (a
+    decoder learns it; distillation reads audio alone)."""
+    parts = []
+    if mix["real"]:
+        total = {
+            "utterances": sum(a["utterances"] for a in mix["real"].values()),
+            "hours": sum(a["hours"] for a in mix["real"].values()),
+        }
+        each = ", ".join(f"{source} {a['hours']:.2f} h" for source, a in mix["real"].items())
+        whose = ", transcribed by Whisper-base where a package has no text" if labels else ""
+        parts.append(
+            f"real recordings of people from the packages that docs/real_audio.md allows "
+            f"({amount_text(total)}: {each}){whose}"
+        )
+    if mix["joined"]["utterances"]:
+        parts.append(f"long clips joined from several utterances ({amount_text(mix['joined'])})")
+    return parts
+
+
+def mix_text(mix: dict[str, Any]) -> str:
+    """What the LAS layers learnt beside synthetic speech, as a sentence ('' if nothing)."""
+    parts = mix_parts(mix, labels=True)
+    return " The LAS layers also learnt " + "; ".join(parts) + "." if parts else ""
+
+
+def distilled_text(mix: dict[str, Any] | None) -> str:
+    """What the student was distilled on (metrics' distillation), '' when not recorded."""
+    if mix is None:
+        return ""
+    parts = [f"synthetic speech ({amount_text(mix['synthetic'])})", *mix_parts(mix, False)]
+    return " The student was distilled on " + "; ".join(parts) + "."
+
+
+def recipe_text(recipe: str) -> str:
+    """What runs the training commands: the whole-model recipe, or another recipe that goes on
+    from its corpus and the bundle this one replaces."""
+    if recipe == RECIPE:
+        return f"`{recipe}` runs them all"
+    return (
+        f"`{recipe}` runs them, from `{RECIPE}`'s corpus and the bundle this one replaces (`BASE`)"
+    )
+
+
+def limits_text(mix: dict[str, Any]) -> str:
+    """What the training speech cannot teach: all of it synthetic, or mostly."""
+    real = sum(a["hours"] for a in mix["real"].values())
+    if not real:
+        return (
+            "Every training utterance is synthetic (text-to-speech voices with augmentation); "
+            "only the\nWhisper encoder it starts from learned from real speech."
+        )
+    share = 100 * real / (real + mix["synthetic"]["hours"] + mix["joined"]["hours"])
+    return (
+        f"Real people are {share:.0f}% of the LAS layers' training hours, few speakers (game "
+        "and\nprompt voice acting), transcribed by Whisper-base, whose errors the layers "
+        "learnt too; the\nrest is synthetic (text-to-speech voices with augmentation)."
+    )
+
+
 def write_card(out: Path, metrics: dict[str, Any]) -> None:
     model, corpus, commands = metrics["model"], metrics["corpus"], metrics["commands"]
     counts = model["parameters"]
     mono, soft = metrics["monotonic"]["training"], metrics["softmax"]["training"]
     sizes = corpus["sizes"]
+    mix = corpus.get("mix") or {  # cards published before real speech: synthetic alone
+        "synthetic": {"utterances": corpus["train_utterances"], "hours": corpus["train_hours"]},
+        "real": {},
+        "joined": {"utterances": 0, "hours": 0.0},
+    }
     held_out = [f"{sizes['dev']} dev utterances (validation, checkpoint choice)"]
     held_out += [f"{sizes[s]} {TITLES[s]}" for s in metrics["splits"] if s != REAL]
     history = "\n".join(
@@ -587,6 +659,11 @@ def write_card(out: Path, metrics: dict[str, Any]) -> None:
         speed=speed_section(metrics, metrics["out"]),
         train_utterances=f"{corpus['train_utterances']:,}",
         train_hours=corpus["train_hours"],
+        synthetic=amount_text(mix["synthetic"]),
+        real_data=mix_text(mix),
+        distilled_on=distilled_text(metrics.get("distillation")),
+        recipe=recipe_text(commands.get("recipe", RECIPE)),
+        limits=limits_text(mix),
         voices=", ".join(f"{engine} ({n})" for engine, n in corpus["voices"].items()),
         text_sources=", ".join(corpus["text"]),
         augmented=100 * corpus["augmented"],
@@ -668,14 +745,14 @@ Every figure is `asr eval` output or a benchmark's, gathered by
 
 ## Data
 
-The synthetic corpus of `training/recipes/synth_corpus.py`:
-{train_utterances} training utterances, {train_hours:.2f} h, read by voices of
-{voices}; text sources: {text_sources}; {augmented:.0f}% of the training utterances
-augmented (speed, noise, reverberation, band-limiting, telephone, level and microphone
-response). Held out: {held_out}. No test utterance takes part in training, distillation
-or checkpoint choice.
+The LAS layers' training manifest: {train_utterances} utterances, {train_hours:.2f} h.
+Synthetic speech of `training/recipes/synth_corpus.py` ({synthetic}), read by voices
+of {voices}; text sources: {text_sources}; {augmented:.0f}% of it augmented (speed, noise,
+reverberation, band-limiting, telephone, level and microphone response).{real_data}{distilled_on}
+Held out: {held_out}. No test utterance takes part in training, distillation or checkpoint
+choice.
 
-## Training (exact commands; `bash training/recipes/whisper_model.sh` runs them all)
+## Training (exact commands; {recipe})
 
     {commands}
     {publish}
@@ -698,8 +775,7 @@ Wall time of each step of the recipe on this machine (resumes added up):
 
 ## Limits
 
-Every training utterance is synthetic (text-to-speech voices with augmentation); only the
-Whisper encoder it starts from learned from real speech.
+{limits}
 
 {real}
 

@@ -35,6 +35,9 @@ from asr.frontend import BUNDLE_ENCODER_FILE, BUNDLE_TEACHER_FILE, frame_seconds
 from asr.lm import LM_FILE
 from asr.scoring import score
 from asr.speller import ADAPTER_FILE, POLICY_FILE, bundle_adapter, bundle_policy, student_sha1
+from asr.whisper_decoder import DECODER_FILE
+from asr.whisper_encoder import weights_file, weights_metadata
+from asr.whisper_text import TOKENIZER_FILE
 from training.evaluate import evaluate
 from training.manifest import read_manifest
 from training.recipes import results_table
@@ -51,12 +54,13 @@ from training.recipes.gather import (
     ctc_tag,
     evaluate_run,
     is_fresh,
+    manifest_mix,
     run_manifests,
     ship_sample,
     shown,
     training_facts,
 )
-from training.recipes.whisper_card import CTC_WEIGHT, write_card
+from training.recipes.whisper_card import CTC_WEIGHT, RECIPE, write_card
 from training.recipes.whisper_goals import (
     LATENCY_UTTERANCES,
     LOAD_CLIENTS,
@@ -161,12 +165,17 @@ def check_speller(speller: Path, bundle: Path) -> None:
 
 
 def carry_speller(speller: Path, out: Path) -> None:
-    """Copy the speller's adapters (if any) and policy into the published bundle ``out``,
-    then load them from there, as serving will."""
-    for name in (ADAPTER_FILE, POLICY_FILE):
+    """Copy the speller's adapters (if any) and policy into the published bundle ``out``, with
+    the Whisper decoder and tokenizer they were learnt over (which also write two-pass finals)
+    and the speller bundle's settings of those finals (decode.two_pass, decode.whisper_finals),
+    then load them from there, as serving will. The run's evaluations measured its finals
+    without Whisper's decoder (the card's "teacher states, LSTM decoder" column)."""
+    for name in (ADAPTER_FILE, POLICY_FILE, DECODER_FILE, TOKENIZER_FILE):
         if (speller / name).is_file():
             shutil.copyfile(speller / name, out / name)
             (out / name).chmod(0o644)
+    finals = Config.load(speller / "config.json").decode
+    serve(out, two_pass=finals.two_pass, whisper_finals=finals.whisper_finals)
     bundle_adapter(out)
     bundle_policy(out)
 
@@ -432,10 +441,19 @@ def distill_command(student: Path, data: str) -> str:
     distillation's directory): the recipe's, with the manifests, epochs and threads its
     config.json recorded, when they give that config exactly; otherwise the recorded config
     itself; the recipe's command with this corpus when nothing was recorded. A bundle's own
-    student (the recipe's INIT) was not distilled in this run: the card says whose it is."""
+    student (the recipe's INIT) was not distilled in this run: the card says whose it is.
+    A blend (`asr blend-students`) is the command that made its tuned student, then the
+    blend's; a student distilled from another run's is that run's command, then its own."""
     out = shown(student.parent)
     if student.name == BUNDLE_ENCODER_FILE:
         return f"# no distillation: the student encoder of the bundle {out} (INIT), kept as it was"
+    blend = student_blend(student)
+    if blend is not None:
+        tuned = Path(blend["tuned"]).parent
+        return (
+            f"{distill_command(tuned, data)}\n    asr blend-students --start {blend['start']} "
+            f"--tuned {shown(tuned)} --weight {blend['weight']:g} --out {shown(student)}"
+        )
     recorded = student.parent / "config.json"
     recipe = "training/configs/distill.yaml"
     if not recorded.is_file():
@@ -447,6 +465,9 @@ def distill_command(student: Path, data: str) -> str:
         )
     config = Config.load(recorded)
     d = config.distill
+    before = ""
+    if d.init and (Path(d.init).parent.parent / "config.json").is_file():
+        before = f"{distill_command(Path(d.init).parent, data)}\n    "
     settings = [
         f"distill.train_manifests=[{','.join(d.train_manifests)}]",
         f"distill.valid_manifest={d.valid_manifest}",
@@ -455,8 +476,39 @@ def distill_command(student: Path, data: str) -> str:
         *([f"distill.init={d.init}"] if d.init else []),
     ]
     if Config.load(REPO / recipe, settings).to_dict() == config.to_dict():
-        return f'asr distill --config {recipe} --out {out} "{settings[0]}" {" ".join(settings[1:])}'
-    return f"asr distill --config {shown(recorded)} --out {out}"
+        return (
+            f'{before}asr distill --config {recipe} --out {out} "{settings[0]}" '
+            f"{' '.join(settings[1:])}"
+        )
+    return f"{before}asr distill --config {shown(recorded)} --out {out}"
+
+
+def student_blend(student: Path) -> dict[str, Any] | None:
+    """What ``asr blend-students`` recorded in a blended student's weights (its start, tuned
+    student and weight), or None for a student that is not a blend."""
+    weights = weights_file(student)
+    if not weights.is_file():
+        return None
+    recorded = weights_metadata(weights).get("blend")
+    return None if recorded is None else json.loads(recorded)
+
+
+def distillation_mix(student: Path) -> dict[str, Any] | None:
+    """What the student was distilled on (the tuned student's, for a blend), by kind of audio
+    (gather.manifest_mix), from its recorded config; None where nothing was recorded (a
+    bundle's own student among them: its config.json is the bundle's)."""
+    if student.name == BUNDLE_ENCODER_FILE:
+        return None
+    blend = student_blend(student)
+    if blend is not None:
+        student = Path(blend["tuned"]).parent
+    recorded = student.parent / "config.json"
+    if not recorded.is_file():
+        return None
+    rows = []
+    for manifest in Config.load(recorded).distill.train_manifests:
+        rows += [json.loads(line) for line in Path(manifest).open(encoding="utf-8")]
+    return manifest_mix(rows)
 
 
 # -- publishing ----------------------------------------------------------------------------
@@ -475,6 +527,8 @@ def publish_command(args: argparse.Namespace, first_gen: bool) -> str:
         command += f" --steps {shown(args.steps)}"
     if args.speller is not None:
         command += f" --speller {shown(args.speller)}"
+    if args.recipe != RECIPE:
+        command += f" \\\n      --recipe '{args.recipe}'"
     return command
 
 
@@ -530,7 +584,9 @@ def publish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         **run_benchmarks(args, splits),
         "steps": step_times(args.steps),
         "corpus": corpus,
+        "distillation": distillation_mix(student_dir(args.out)),
         "commands": {
+            "recipe": args.recipe,
             "corpus": corpus["command"],
             "distill": distill_command(student_dir(args.out), shown(args.data)),
             "monotonic": training["monotonic"]["command"],
