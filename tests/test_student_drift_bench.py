@@ -34,6 +34,7 @@ def test_the_distilled_student_keeps_nearer_the_teacher(
     assert student_drift.main([*args, "--json", str(figures)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "relative squared error, student against teacher, 2 clips"
+    assert json.loads(figures.read_text())["left_out"] == 0
     assert lines[1].startswith("| model | 0-4 s | 4-8 s | ")
     distilled, masked = (json.loads(figures.read_text())["rows"][m] for m in models)
     assert lines[3] == f"| {models[0]} | " + " | ".join(f"{v:.3f}" for v in distilled) + " |"
@@ -56,7 +57,12 @@ def test_bad_inputs_are_refused_by_name(
     long.write_text(json.dumps(row) + "\n")
     with pytest.raises(SystemExit):
         student_drift.main(["--manifest", str(long)])
-    assert "the teacher reads at most 30 s; too long: too-long" in capsys.readouterr().err
+    assert "the teacher reads at most 30 s; too long: too-long (--skip-long" in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):  # nothing left to measure
+        student_drift.main(["--manifest", str(long), "--skip-long"])
+    assert "every clip is over the teacher's 30 s" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         student_drift.main(["--manifest", str(clips), "--bucket", "0"])
     assert "--bucket must be positive, got 0" in capsys.readouterr().err

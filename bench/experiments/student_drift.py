@@ -65,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", type=float, default=5.0, help="seconds per column")
     parser.add_argument("--limit", type=int, default=0, help="first N clips (0: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--skip-long",
+        action="store_true",
+        help="leave out clips over the teacher's 30 s (counted) rather than refuse them",
+    )
     args = parser.parse_args(argv)
     if args.bucket <= 0:
         parser.error(f"--bucket must be positive, got {args.bucket:g}")
@@ -73,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     if not entries:
         parser.error(f"{args.manifest}: no usable clips")
     too_long = [e.id for e in entries if e.duration > 30.0]
-    if too_long:
-        parser.error(f"the teacher reads at most 30 s; too long: {', '.join(too_long[:5])}")
+    if too_long and not args.skip_long:
+        parser.error(
+            f"the teacher reads at most 30 s; too long: {', '.join(too_long[:5])} "
+            "(--skip-long leaves them out)"
+        )
+    entries = [e for e in entries if e.duration <= 30.0]
+    if not entries:
+        parser.error(f"{args.manifest}: every clip is over the teacher's 30 s")
     rows = {}
     for model in args.model:
         recognizer = load_model(model)
@@ -86,14 +97,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     width = max(len(r) for r in rows.values())
     header = [f"{k * args.bucket:g}-{(k + 1) * args.bucket:g} s" for k in range(width)]
-    print(f"relative squared error, student against teacher, {len(entries)} clips")
+    skipped = f" ({len(too_long)} over 30 s left out)" if too_long else ""
+    print(f"relative squared error, student against teacher, {len(entries)} clips{skipped}")
     print("| model | " + " | ".join(header) + " |")
     print("|---" * (width + 1) + "|")
     for model, values in rows.items():
         cells = [f"{v:.3f}" for v in values] + [""] * (width - len(values))
         print(f"| {model} | " + " | ".join(cells) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"bucket_s": args.bucket, "rows": rows}, indent=1))
+        figures = {"bucket_s": args.bucket, "clips": len(entries), "left_out": len(too_long)}
+        args.json.write_text(json.dumps({**figures, "rows": rows}, indent=1))
     return 0
 
 
