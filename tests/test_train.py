@@ -195,15 +195,18 @@ def test_sigkill_and_resume_is_bit_identical(tmp_path: Path, speech_dir: Path) -
 
 
 # Each rank counts its threads before the group, and after it, an optimizer made in between.
+# each rank writes its thread counts to its own file: lines two ranks print to one pipe can
+# come out mangled
 TEARDOWN = """
-import os, torch
+import os, sys, torch
 from training.train import Distributed
 threads = lambda: len(os.listdir("/proc/self/task"))
 before = threads()
 with Distributed() as ddp:
     assert ddp.world == 2
     torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
-print("threads", before, threads())
+with open(os.path.join(sys.argv[1], "threads-" + os.environ["RANK"]), "w") as f:
+    f.write(f"{before} {threads()}")
 """
 
 
@@ -213,11 +216,10 @@ def test_a_rank_tears_its_process_group_down_before_it_exits(tmp_path: Path) -> 
     # kept gloo's worker threads into interpreter shutdown, where they aborted the rank.
     script = tmp_path / "teardown.py"
     script.write_text(TEARDOWN)
-    result = run_training(["torchrun", "--standalone", "--nproc_per_node", "2", str(script)])
-    counts = [line.split()[1:] for line in result.stdout.splitlines() if "threads" in line]
-    assert len(counts) == 2
+    run_training(["torchrun", "--standalone", "--nproc_per_node", "2", str(script), str(tmp_path)])
+    counts = [(tmp_path / f"threads-{rank}").read_text().split() for rank in (0, 1)]
     for before, after in counts:
-        assert after == before, result.stdout
+        assert after == before, counts
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun is not installed")
