@@ -186,7 +186,7 @@ def corpus_facts(
     train, valid = manifests or (data / "train.jsonl", data / "dev.jsonl")
     rows = [json.loads(line) for line in train.open(encoding="utf-8")]
     mix = manifest_mix(rows)
-    synthetic = [row for row in rows if "engine" in row]
+    synthetic = [row for row in rows if row_kind(row) == "synthetic"]
     commands = [synth_command(plan, data_arg)]
     supplements = {
         d: json.loads((d / "plan.json").read_text())
@@ -224,22 +224,32 @@ def corpus_facts(
     }
 
 
+def row_kind(row: dict[str, Any]) -> str:
+    """A training manifest row's kind of audio: "synthetic" (a text-to-speech engine's voice),
+    "real" (a package's recording, ``source``) or "joined" (clips of several utterances)."""
+    if "engine" in row:
+        return "synthetic"
+    return "real" if "source" in row else "joined"
+
+
 def manifest_mix(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a training manifest holds, by kind of audio (a card says each): synthetic speech
-    (a text-to-speech engine's voice), real recordings per package (``source``: pseudo-labelled
-    or with the package's own text) and clips joined from several utterances."""
+    """What a training manifest holds, by :func:`row_kind` (a card says each): synthetic
+    speech, real recordings per package (pseudo-labelled or with the package's own text) and
+    joined clips."""
 
     def amount(part: list[dict[str, Any]]) -> dict[str, Any]:
         return {"utterances": len(part), "hours": sum(row["duration"] for row in part) / 3600}
 
-    real: dict[str, list[dict[str, Any]]] = {}
+    kinds: dict[str, list[dict[str, Any]]] = {"synthetic": [], "real": [], "joined": []}
     for row in rows:
-        if "engine" not in row and "source" in row:
-            real.setdefault(row["source"], []).append(row)
+        kinds[row_kind(row)].append(row)
+    real: dict[str, list[dict[str, Any]]] = {}
+    for row in kinds["real"]:
+        real.setdefault(row["source"], []).append(row)
     return {
-        "synthetic": amount([row for row in rows if "engine" in row]),
+        "synthetic": amount(kinds["synthetic"]),
         "real": {source: amount(part) for source, part in sorted(real.items())},
-        "joined": amount([row for row in rows if "engine" not in row and "source" not in row]),
+        "joined": amount(kinds["joined"]),
     }
 
 
