@@ -1,5 +1,5 @@
-"""training.recipes.distill_mix on a small extracted tree: Drascula's held-out quarter
-stays out of training, clips go by their own language, half the synthetic speech is
+"""training.recipes.distill_mix on a small extracted tree: Drascula's speakers but its hero
+are held out whole from training, clips go by their own language, half the synthetic speech is
 band-limited, and a tiny distillation over the mix brings the student nearer the teacher
 on held-out audio."""
 
@@ -19,8 +19,11 @@ from training.manifest import read_manifest
 from training.recipes.distill_mix import main
 
 
-def _source(root: Path, name: str, clips: list[tuple[Path, str]]) -> None:
-    """An extracted source as training.recipes.real_audio writes it."""
+def _source(
+    root: Path, name: str, clips: list[tuple[Path, str]], speakers: tuple[str, ...] = ()
+) -> None:
+    """An extracted source as training.recipes.real_audio writes it (clip i by speaker
+    ``speakers[i % len(speakers)]``, or none named)."""
     (root / name / "audio").mkdir(parents=True)
     rows = []
     for i, (wav, language) in enumerate(clips):
@@ -28,15 +31,20 @@ def _source(root: Path, name: str, clips: list[tuple[Path, str]]) -> None:
         soundfile.write(root / name / "audio" / f"{i}.wav", samples, rate)
         duration = len(samples) / rate
         row = {"id": f"{name}-{i}", "audio": f"audio/{i}.wav", "text": "", "duration": duration}
+        if speakers:
+            row["speaker"] = speakers[i % len(speakers)]
         rows.append({**row, "source": name, "language": language})
     (root / name / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+DRASCULA = ("drascula-hero", "drascula-D", "drascula-hero", "drascula-B")
 
 
 @pytest.fixture(scope="module")
 def mix(tmp_path_factory: pytest.TempPathFactory, speech_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("mix")
     files = [wav for wav, _ in speech_files(speech_dir)]
-    _source(root / "real", "drascula", [(wav, "en") for wav in files[:12]])
+    _source(root / "real", "drascula", [(wav, "en") for wav in files[:12]], DRASCULA)
     _source(
         root / "real", "hedgewars-data", [(files[i], ["en", "ru"][i % 2]) for i in range(12, 18)]
     )
@@ -57,10 +65,11 @@ def _ids(path: Path) -> list[str]:
 
 def test_the_mix_keeps_its_held_out_clips_apart_and_routes_by_language(mix: Path) -> None:
     dev, english, other = (_ids(mix / f"{n}.jsonl") for n in ("real_dev", "real_en", "real_other"))
-    assert dev and all(i.startswith("drascula-") for i in dev)
-    drascula = {f"drascula-{i}" for i in range(12)}
-    assert set(dev) | {i for i in english if i.startswith("drascula-")} == drascula
-    assert not set(dev) & set(english)
+    # every clip of Drascula's speakers but the hero (clips 1, 3, 5, ...), none of the hero's
+    assert dev == [f"drascula-{i}" for i in range(1, 12, 2)]
+    assert [i for i in english if i.startswith("drascula-")] == [
+        f"drascula-{i}" for i in range(0, 12, 2)
+    ]
     assert sorted(i for i in english if i.startswith("hedgewars")) == [
         f"hedgewars-data-{i}" for i in (0, 2, 4)
     ]
@@ -83,7 +92,7 @@ def test_every_clip_of_the_mix_is_found_when_its_inputs_are_named_relatively(
     """The recipes name their corpora relative to the repository (data/live, data/mix): each
     manifest the mix writes must still find its audio, read from anywhere."""
     files = [wav for wav, _ in speech_files(speech_dir)]
-    _source(tmp_path / "real", "drascula", [(wav, "en") for wav in files[:8]])
+    _source(tmp_path / "real", "drascula", [(wav, "en") for wav in files[:8]], DRASCULA)
     (tmp_path / "live" / "wavs").mkdir(parents=True)
     for split, chosen in (("train", files[8:12]), ("dev", files[12:14])):
         rows = []
@@ -132,3 +141,22 @@ def test_bad_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture) 
     with pytest.raises(SystemExit):
         main(["--real", str(tmp_path), "--synth", "s", "--out", "o", "--share", "queen"])
     assert "--share takes SOURCE=SHARE" in capsys.readouterr().err
+
+
+def test_taught_speakers_that_drascula_lacks_or_that_leave_no_dev_set_are_refused(
+    tmp_path: Path, speech_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    files = [wav for wav, _ in speech_files(speech_dir)]
+    _source(tmp_path / "real", "drascula", [(wav, "en") for wav in files[:4]], DRASCULA)
+    synth = tmp_path / "synth.jsonl"
+    synth.write_text("")
+    args = ["--real", str(tmp_path / "real"), "--synth", str(synth), "--out", str(tmp_path / "o")]
+    for taught, problem in [
+        (["drascula-Hero"], "drascula has no speaker drascula-Hero"),
+        (list(set(DRASCULA)), "leaves no drascula speaker for the real dev set"),
+    ]:
+        with pytest.raises(SystemExit):
+            main([*args, "--taught-speakers", *taught])
+        err = capsys.readouterr().err
+        assert problem in err and "its speakers: drascula-B, drascula-D, drascula-hero" in err
+    assert not (tmp_path / "o").exists()  # nothing written

@@ -1,14 +1,18 @@
 """The distillation mix: real speech from packages beside synthetic speech, as manifests.
 
     python -m training.recipes.distill_mix --real data/real-audio --synth data/synth/train.jsonl \\
-        --out data/mix [--share flight-of-the-amazon-queen=0.5] [--other-share 0.17 --synth-repeats 3]
+        --out data/mix [--share flight-of-the-amazon-queen=0.5] [--other-share 0.17 --synth-repeats 3] \\
+        [--taught-speakers drascula-hero]
 
 From the extracted sources of the allowed list (``python -m training.recipes.real_audio``)
 and a synthetic corpus's train manifest it writes, under OUT (audio paths absolute):
 
-- ``real_dev.jsonl``: a quarter of Drascula's English clips (stable by id; the clips with
-  the game's own text), held out of everything else: the real speech that students are
-  chosen on. ``bench/real_speech.py``'s recordings are measurement only and never used.
+- ``real_dev.jsonl``: Drascula's English clips (the ones with the game's own text) of every
+  speaker but ``--taught-speakers`` (its hero), each speaker held out whole from everything
+  else: the real speech that students are chosen on. A dev set of clips drawn at random
+  let the rest of their speakers' clips teach the student, and overstated its real gains
+  (research record, 2026-11-30). ``bench/real_speech.py``'s recordings are measurement only
+  and never used.
 - ``real_en.jsonl``: the other English clips (all of each source, or its ``--share``, by id);
   ``real_other.jsonl``: ``--other-share`` of the clips in other languages (they teach the
   encoder voices, not words).
@@ -36,7 +40,7 @@ from pathlib import Path
 from training import band_limit, join_utterances
 
 DEV_SOURCE = "drascula"
-DEV_SHARE = 0.25
+TAUGHT_SPEAKERS = ("drascula-hero",)  # half of Drascula's English hours, kept in training
 LONG_SHARE = 0.2
 
 
@@ -75,15 +79,29 @@ def build(args: argparse.Namespace) -> list[Path]:
     if not sources:
         raise FileNotFoundError(f"--real {args.real}: no source manifests (*/manifest.jsonl)")
     dev, spoken, other = [], [], []
+    speakers: set[str] = set()  # the dev source's
     for source in sources:
         for row in read_rows(source / "manifest.jsonl"):
-            if source.name == DEV_SOURCE and stable_share(row["id"], DEV_SHARE):
+            if source.name == DEV_SOURCE:
+                speakers.add(str(row.get("speaker")))
+            if source.name == DEV_SOURCE and row.get("speaker") not in args.taught_speakers:
                 dev.append(row)
             elif english(row):
                 if stable_share(row["id"], args.share.get(source.name, 1.0)):
                     spoken.append(row)
             elif stable_share(row["id"], args.other_share):
                 other.append(row)
+    unknown = sorted(set(args.taught_speakers) - speakers)
+    if speakers and (unknown or speakers <= set(args.taught_speakers)):
+        problem = (
+            f"{DEV_SOURCE} has no speaker {', '.join(unknown)}"
+            if unknown
+            else (f"that leaves no {DEV_SOURCE} speaker for the real dev set")
+        )
+        raise ValueError(
+            f"--taught-speakers {' '.join(args.taught_speakers)}: {problem} "
+            f"(its speakers: {', '.join(sorted(speakers))})"
+        )
     out = args.out
     write_rows(out / "real_dev.jsonl", dev)
     real_en = write_rows(out / "real_en.jsonl", spoken)
@@ -116,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         help="take only this share of an English source's clips",
     )
     parser.add_argument("--other-share", type=float, default=0.17)
+    parser.add_argument(
+        "--taught-speakers",
+        nargs="*",
+        default=list(TAUGHT_SPEAKERS),
+        metavar="SPEAKER",
+        help=f"{DEV_SOURCE}'s speakers that stay in training; its others are the real dev set",
+    )
     parser.add_argument("--synth-repeats", type=int, default=3)
     args = parser.parse_args(argv)
     try:
@@ -128,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--synth-repeats must be at least 1")
     try:
         manifests = build(args)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     listing = args.out / "train_manifests.txt"
     listing.write_text("[" + ",".join(str(m) for m in manifests) + "]\n")

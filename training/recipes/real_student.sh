@@ -63,7 +63,7 @@ synthetic() {  # 1.5 h of the corpus recipe from another seed; a dev split of 1-
 
 mix() {  # real English (half of Flight of the Amazon Queen), other languages, long clips
   # joined from both, the synthetic speech given twice, half of it band-limited to 11 kHz;
-  # a quarter of Drascula held out as the real dev set
+  # Drascula's speakers but its hero held out whole as the real dev set
   [ -f "$MIX/train_manifests.txt" ] && return
   python -m training.recipes.distill_mix --real "$REAL_AUDIO" --synth "$MIX/synth/train.jsonl" \
     --synth-dev "$DATA/dev.jsonl" --out "$MIX" --share flight-of-the-amazon-queen=0.5 \
