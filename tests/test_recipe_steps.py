@@ -407,6 +407,12 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert len(passes) == 3 and all(c[3:5] == [str(base), str(bundle)] for c in passes)
     for manifest in passes[0][passes[0].index("--manifest") + 1 :]:
         assert not Path(manifest).name.startswith("test_")  # dev sets choose, not test ones
+    # the dev splits made as the test splits are (everyday text among them), there already
+    made_like_tests = [str(tmp_path / "mix" / d / "dev.jsonl") for d in ("everyday2", "short")]
+    assert all(set(made_like_tests) <= set(c) for c in passes)
+    assert max(i for i, c in enumerate(first) if "training.recipes.synth_corpus" in c) < next(
+        i for i, c in enumerate(first) if c[1] == "bench/real_speech.py"
+    )
     assert all(str(tmp_path / "mix" / "synth-dev" / "dev.jsonl") in c for c in passes)
     latencies = [c for c in first if c[1] == "bench/word_latency.py"]
     assert len(latencies) == 3

@@ -174,9 +174,12 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 # The candidate beside $BASE on the dev sets that choose (the held-out sets are read once,
 # for a candidate these chose), greedy: WER (and each hypothesis, *_hyps.jsonl), and word
 # latency on the larger synthetic dev split (3,000 words), word ends timed by $BASE's CTC
-# head for both (the candidate's own head is new).
-DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/synth-dev/dev.jsonl"
-  "$MIX/short-dev/train.jsonl")
+# head for both (the candidate's own head is new). The supplements' dev splits are made as
+# the test splits are, everyday text (numbers, times, codes) among them: the larger split,
+# without it, read a speller that loses the test splits 2-4 points as 1 point better
+# (research record, 2026-11-30).
+DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX"/{everyday2,short}/dev.jsonl
+  "$MIX/synth-dev/dev.jsonl" "$MIX/short-dev/train.jsonl")
 
 pass_figures() {  # $1 = directory, $2 = streaming decoder (whisper, lstm), $3 = its
   # bench/word_latency.py suffix (whisper, greedy): one streaming pass of both bundles
@@ -215,9 +218,9 @@ timed "$steps" blend blend
 timed "$steps" bundle bundle
 timed "$steps" "speller adapters" adapters
 timed "$steps" "speller policy" policy
+timed "$steps" "everyday supplements" supplements  # their dev splits are dev sets
 timed "$steps" "speller figures" speller_figures
 timed "$steps" "pseudo-labels" labels
-timed "$steps" "everyday supplements" supplements
 timed "$steps" "LAS layers" las
 timed "$steps" "dev figures" figures
 echo "candidate bundle: $BUNDLE; its figures on the dev sets: $EXP/dev"
