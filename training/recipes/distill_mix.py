@@ -7,9 +7,9 @@
 From the extracted sources of the allowed list (``python -m training.recipes.real_audio``)
 and a synthetic corpus's train manifest it writes, under OUT (audio paths absolute):
 
-- ``real_dev.jsonl``: Drascula's English clips (the ones with the game's own text) of every
-  speaker but ``--taught-speakers`` (its hero), each speaker held out whole from everything
-  else: the real speech that students are chosen on. A dev set of clips drawn at random
+- ``real_dev.jsonl``: Drascula's clips of every speaker but ``--taught-speakers`` (its
+  hero), each speaker held out whole from everything else (those with the game's own text
+  are scored): the real speech that students are chosen on. A dev set of clips drawn at random
   let the rest of their speakers' clips teach the student, and overstated its real gains
   (research record, 2026-11-30). ``bench/real_speech.py``'s recordings are measurement only
   and never used.
@@ -40,7 +40,7 @@ from pathlib import Path
 from training import band_limit, join_utterances
 
 DEV_SOURCE = "drascula"
-TAUGHT_SPEAKERS = ("drascula-hero",)  # half of Drascula's English hours, kept in training
+TAUGHT_SPEAKERS = ("drascula-hero",)  # about half of Drascula's hours, kept in training
 LONG_SHARE = 0.2
 
 
@@ -82,9 +82,10 @@ def build(args: argparse.Namespace) -> list[Path]:
     speakers: set[str] = set()  # the dev source's
     for source in sources:
         for row in read_rows(source / "manifest.jsonl"):
-            if source.name == DEV_SOURCE:
+            held = source.name == DEV_SOURCE
+            if held:
                 speakers.add(str(row.get("speaker")))
-            if source.name == DEV_SOURCE and row.get("speaker") not in args.taught_speakers:
+            if held and row.get("speaker") not in args.taught_speakers:
                 dev.append(row)
             elif english(row):
                 if stable_share(row["id"], args.share.get(source.name, 1.0)):
@@ -93,11 +94,9 @@ def build(args: argparse.Namespace) -> list[Path]:
                 other.append(row)
     unknown = sorted(set(args.taught_speakers) - speakers)
     if speakers and (unknown or speakers <= set(args.taught_speakers)):
-        problem = (
-            f"{DEV_SOURCE} has no speaker {', '.join(unknown)}"
-            if unknown
-            else (f"that leaves no {DEV_SOURCE} speaker for the real dev set")
-        )
+        problem = f"{DEV_SOURCE} has no speaker {', '.join(unknown)}"
+        if not unknown:
+            problem = f"that leaves no {DEV_SOURCE} speaker for the real dev set"
         raise ValueError(
             f"--taught-speakers {' '.join(args.taught_speakers)}: {problem} "
             f"(its speakers: {', '.join(sorted(speakers))})"
