@@ -354,6 +354,8 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     # the speller reads the student alone: its adapters, policy and figures come first
     assert order.index("distill") < order.index("blend-students") < order.index("tune-speller")
     assert order.index("tune-speller") < order.index("train-speller")
+    (adapters,) = [c for c in first if c[1] == "tune-speller"]
+    assert adapters[adapters.index("--numbers") + 1] == "words"  # as the open segment writes
     (policy,) = [c for c in first if c[1] == "train-speller"]
     assert policy[-4:] == ["--agreement", "2", "--patience", "32"]  # patient agreement
     assert order.index("train-speller") < order.index("bench/real_speech.py")
