@@ -54,6 +54,9 @@ and for the streaming pass by Whisper's decoder (``decode.streaming_decoder`` "w
         --spelled-rtf spelled_rtf.json \\
         --spelled-capacity spelled_capacity_steady.json spelled_capacity.json \\
         --spelled-baselines spelled_baselines.json spelled_baselines_real.json
+
+``python -m training.recipes.publish_speller`` carries a speller learnt over the bundle's
+own student into it, then runs these and records them.
 """
 
 from __future__ import annotations

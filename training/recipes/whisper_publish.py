@@ -16,6 +16,7 @@ when the run's config has model.frontend=whisper.
 from __future__ import annotations
 
 import argparse
+import filecmp
 import importlib.util
 import json
 import math
@@ -168,12 +169,17 @@ def carry_speller(speller: Path, out: Path) -> None:
     """Copy the speller's adapters (if any) and policy into the published bundle ``out``, with
     the Whisper decoder and tokenizer they were learnt over (which also write two-pass finals)
     and the speller bundle's settings of those finals (decode.two_pass, decode.whisper_finals),
-    then load them from there, as serving will. The run's evaluations measured its finals
-    without Whisper's decoder (the card's "teacher states, LSTM decoder" column)."""
+    then load them from there, as serving will. Files already there byte for byte are left
+    alone. The run's evaluations measured its finals without Whisper's decoder (the card's
+    "teacher states, LSTM decoder" column)."""
     for name in (ADAPTER_FILE, POLICY_FILE, DECODER_FILE, TOKENIZER_FILE):
-        if (speller / name).is_file():
-            shutil.copyfile(speller / name, out / name)
-            (out / name).chmod(0o644)
+        source, target = speller / name, out / name
+        if not source.is_file():
+            continue
+        if target.is_file() and filecmp.cmp(source, target, shallow=False):
+            continue  # the same bytes (perhaps the same file, linked): kept, with their time
+        shutil.copyfile(source, target)
+        target.chmod(0o644)
     finals = Config.load(speller / "config.json").decode
     serve(out, two_pass=finals.two_pass, whisper_finals=finals.whisper_finals)
     bundle_adapter(out)
