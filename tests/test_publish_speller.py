@@ -34,7 +34,9 @@ def with_speller(root: Path, student: bytes, seed: int) -> Path:
     torch.manual_seed(seed)  # two spellers, two sets of weights
     meta = {"student_sha1": learnt_on(root)["student_sha1"], "rank": "8"}
     save_file({"lora": torch.randn(4, 2)}, str(root / ADAPTER_FILE), metadata=meta)
-    PolicyEnergy(state_dim=8, key_dim=8, dim=4).save(root / POLICY_FILE, meta=learnt_on(root))
+    settings = {"lambda": "0.25", "agreement": "2"}
+    policy = PolicyEnergy(state_dim=8, key_dim=8, dim=4)
+    policy.save(root / POLICY_FILE, meta=learnt_on(root) | settings)
     return root
 
 
@@ -139,6 +141,10 @@ def test_the_speller_is_carried_and_its_figures_recorded_and_stale_ones_measured
     ):
         assert streaming["baselines"][name]["rows"] == figures()[measured][0]["rows"]
     assert (out / "metrics.json").read_text() != recorded
+    assert (  # the card says which speller it serves
+        "Its files say they were learnt with `asr tune-speller --rank 8` and `asr "
+        "train-speller --agreement 2 --latency-weight 0.25`."
+    ) in (out / "README.md").read_text()
     readme = Path(argv[argv.index("--readme") + 1]).read_text()
     assert "the streaming pass by Whisper's decoder | 170 / 480 ms |" in readme
 

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from asr.speller import ADAPTER_FILE
 from training.recipes import results_table
@@ -175,11 +177,14 @@ def test_recording_the_spelled_pass_fills_its_rows_and_the_card(tmp_path: Path) 
     assert "speller_adapter.safetensors" not in card  # this copy carries no adapters
     files["rtf.json"] = {"rtf": 0.5}
     (tmp_path / "rtf.json").write_text(json.dumps(files["rtf.json"]))
-    (bundle / ADAPTER_FILE).write_bytes(b"")  # now it carries them: the card says so
+    # now it carries them: the card says so, and what they were learnt with
+    save_file({"lora": torch.zeros(2)}, str(bundle / ADAPTER_FILE), metadata={"rank": "8"})
     assert finals_metrics.main([*args, "--spelled-rtf", str(tmp_path / "rtf.json")]) == 0
     spelled = json.loads((bundle / "metrics.json").read_text())["whisper_streaming"]
     assert spelled["rtf"] == 0.5 and spelled["eval"]["real"]["wer"] == wer(300, 600)
     assert spelled["adapters"] and "low-rank adapters" in (bundle / "README.md").read_text()
+    assert spelled["learnt_with"] == {"adapters": {"rank": "8"}}
+    assert "learnt with `asr tune-speller --rank 8`." in (bundle / "README.md").read_text()
     assert spelled["word_latency"]["model"] == "models/default:whisper"
     # the pass beside its baselines, per set (bench/streaming_speller.py --json)
     row = {"token_latency_p50_ms": 300.0, "token_latency_p95_ms": 900.0, "within_1s": 0.95}

@@ -21,8 +21,9 @@ from safetensors.torch import load_file, save_file
 from asr.adapters import adapter_weights, add_adapters, apply_adapter_weights, merge_adapters
 from asr.bundle import load_model
 from asr.config import WhisperConfig
-from asr.speller import ADAPTER_FILE, POLICY_FILE, learnt_on
+from asr.speller import ADAPTER_FILE, POLICY_FILE, WAIT_KEY, learnt_on
 from asr.whisper_decoder import LINEARS, WhisperTextDecoder
+from asr.whisper_text import NO_SPEECH
 from tests.test_bundled_model import HELDOUT, MODEL
 from training.distill import cache_teacher, cache_words
 from training.manifest import read_manifest
@@ -106,6 +107,10 @@ def test_tuning_lowers_the_held_out_loss_and_teaches_the_wait(tuned: Path) -> No
     assert best < 0.8 * history[0]["loss"]
     assert max(h["waits_right"] for h in history[1:]) > history[0]["waits_right"]
     assert (tuned / ADAPTER_FILE).is_file()
+    with safe_open(str(tuned / ADAPTER_FILE), "pt") as f:  # what it was learnt with (the card's)
+        meta = f.metadata()
+    assert (meta["epochs"], meta["numbers"], meta["whole_share"]) == ("4", "digits", "0.3")
+    assert meta[WAIT_KEY] == NO_SPEECH
 
 
 def bundle_with(adapter: Path, out: Path, policy_for_it: bool = True) -> Path:

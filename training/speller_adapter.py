@@ -150,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         "student_sha1": student_sha1(args.model),
         "rank": str(args.rank),
         "numbers": args.numbers,
+        "whole_share": str(args.whole_share),
+        "epochs": str(args.epochs),
     }
     if args.wait == "no-speech":
         tuner.meta[WAIT_KEY] = NO_SPEECH

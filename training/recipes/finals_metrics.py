@@ -68,7 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from asr.config import Config
-from asr.speller import ADAPTER_FILE
+from asr.speller import ADAPTER_FILE, POLICY_FILE
+from asr.whisper_encoder import weights_metadata
 from training.recipes.gather import REAL, SYNTHETIC
 from training.recipes.results_table import METRICS, README, rendered_readme
 from training.recipes.whisper_card import write_card
@@ -163,6 +164,18 @@ def gather_spelled(args: argparse.Namespace, before: dict[str, Any] | None) -> d
     return figures
 
 
+def speller_settings(bundle: Path) -> dict[str, dict[str, str]]:
+    """What the bundle's speller files say they were learnt with (their metadata, without
+    the hashes that tie them to the student and the adapters), per file: the card gives
+    them, so a speller published on its own says which it is."""
+    settings = {}
+    for kind, name in (("adapters", ADAPTER_FILE), ("policy", POLICY_FILE)):
+        if (bundle / name).is_file():
+            meta = weights_metadata(bundle / name)
+            settings[kind] = {k: v for k, v in sorted(meta.items()) if not k.endswith("_sha1")}
+    return settings
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--metrics", type=Path, default=METRICS)
@@ -214,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics["model"]["two_pass_default"] = decode.two_pass
     if "whisper_streaming" in metrics:  # whether its decoder reads with adapters it learnt
         metrics["whisper_streaming"]["adapters"] = (bundle / ADAPTER_FILE).is_file()
+        metrics["whisper_streaming"]["learnt_with"] = speller_settings(bundle)
     # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}

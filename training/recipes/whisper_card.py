@@ -442,6 +442,33 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# the speller files' metadata keys named by their commands' flags (others: --key-with-dashes)
+FLAGS = {"lambda": "--latency-weight", "wait": "--wait"}
+SETTINGS = {  # the metadata that is a setting of the command (not a shape or a hash)
+    "rank",
+    "whole_share",
+    "numbers",
+    "wait",
+    "epochs",
+    "lambda",
+    "likelihood_cap",
+    "agreement",
+    "patience",
+    "confidence",
+    "first_threshold",
+}
+
+
+def learnt_flags(meta: dict[str, str]) -> str:
+    """A speller file's metadata as the flags of the command that learnt it (a "wait" token
+    of their own is ``--wait no-speech``)."""
+    flags = ""
+    for key in sorted(SETTINGS & meta.keys()):
+        value = "no-speech" if key == "wait" else meta[key]
+        flags += f" {FLAGS.get(key, '--' + key.replace('_', '-'))} {value}"
+    return flags
+
+
 def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
     """The section on the streaming pass by Whisper's decoder (issue #40), or nothing where
     metrics.json has none of its figures (``training.recipes.finals_metrics`` records them)."""
@@ -465,6 +492,14 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
             "`asr tune-speller`) that taught it the student's states and to wait where the",
             "memory stops mid-speech; the finals read with Whisper's own.",
         ]
+    learnt_with = spelled.get("learnt_with") or {}
+    if learnt_with:
+        said = [
+            f"`asr {command}{learnt_flags(learnt_with[kind])}`"
+            for kind, command in (("adapters", "tune-speller"), ("policy", "train-speller"))
+            if kind in learnt_with
+        ]
+        lines.append(f"Its files say they were learnt with {' and '.join(said)}.")
     lines += [
         "WER on normalised text, one-pass (`python bench/real_speech.py --no-whisper",
         "--no-two-pass --streaming-decoder whisper --beam 1 --lm-weight 0`, with",
