@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from asr.speller import ADAPTER_FILE, POLICY_FILE, PolicyEnergy, learnt_on
+from asr.speller import ADAPTER_FILE, POLICY_FILE, WAIT_KEY, PolicyEnergy, learnt_on
+from asr.whisper_text import NO_SPEECH
 from training.recipes import publish_speller
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +33,7 @@ def with_speller(root: Path, student: bytes, seed: int) -> Path:
     )
     (root / "whisper_encoder.safetensors").write_bytes(student)
     torch.manual_seed(seed)  # two spellers, two sets of weights
-    meta = {"student_sha1": learnt_on(root)["student_sha1"], "rank": "8"}
+    meta = {"student_sha1": learnt_on(root)["student_sha1"], "rank": "8", WAIT_KEY: NO_SPEECH}
     save_file({"lora": torch.randn(4, 2)}, str(root / ADAPTER_FILE), metadata=meta)
     settings = {"lambda": "0.25", "agreement": "2"}
     policy = PolicyEnergy(state_dim=8, key_dim=8, dim=4)
@@ -142,7 +143,7 @@ def test_the_speller_is_carried_and_its_figures_recorded_and_stale_ones_measured
         assert streaming["baselines"][name]["rows"] == figures()[measured][0]["rows"]
     assert (out / "metrics.json").read_text() != recorded
     assert (  # the card says which speller it serves
-        "Its files say they were learnt with `asr tune-speller --rank 8` and `asr "
+        "Its files say they were learnt with `asr tune-speller --rank 8 --wait no-speech` and `asr "
         "train-speller --agreement 2 --latency-weight 0.25`."
     ) in (out / "README.md").read_text()
     readme = Path(argv[argv.index("--readme") + 1]).read_text()

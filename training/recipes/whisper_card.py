@@ -443,7 +443,7 @@ def whisper_finals_text(finals: dict[str, Any] | None) -> str:
 
 
 # the speller files' metadata keys named by their commands' flags (others: --key-with-dashes)
-FLAGS = {"lambda": "--latency-weight", "wait": "--wait"}
+FLAGS = {"lambda": "--latency-weight"}
 SETTINGS = {  # the metadata that is a setting of the command (not a shape or a hash)
     "rank",
     "whole_share",
