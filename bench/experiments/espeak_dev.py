@@ -23,14 +23,11 @@ import random
 import sys
 from pathlib import Path
 
-import soundfile as sf
-import soxr
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from training.recipes.engines import ESPEAK_ACCENTS, ESPEAK_VARIANTS, Espeak  # noqa: E402
-from training.recipes.synth_corpus import HELD_OUT, RATE, trim_silence  # noqa: E402
+from training.recipes.synth_corpus import HELD_OUT, RATE, cleaned, write_wav  # noqa: E402
 
 # human-like variants the recipe leaves unused (its robots, whispers and croaks left out)
 UNUSED = (
@@ -67,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     for i, text in enumerate(sentences(args.manifest, args.limit, rng)):
         voice = f"{rng.choice(ESPEAK_ACCENTS)}+{rng.choice(UNUSED)}"
         ((samples, rate),) = engine.synthesize(voice, [(text, engine.params(rng))])
-        samples = trim_silence(soxr.resample(samples, rate, RATE) if rate != RATE else samples)
+        samples = cleaned(samples, rate)
         path = args.out / f"espeak-dev-{i:03d}.wav"
-        sf.write(path, samples, RATE)
+        write_wav(path, samples)
         duration = round(len(samples) / RATE, 3)
         rows.append({"id": path.stem, "audio": path.name, "text": text, "duration": duration})
         rows[-1] |= {"engine": "espeak", "voice": voice}

@@ -275,6 +275,11 @@ def write_wav(path: Path, x: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+def cleaned(samples: np.ndarray, rate: int) -> np.ndarray:
+    """An engine's audio at the corpus's rate, its leading and trailing silence trimmed."""
+    return trim_silence(soxr.resample(samples, rate, RATE) if rate != RATE else samples)
+
+
 def synthesize_batch(batch: list[Utterance], out: Path) -> list[dict[str, Any]]:
     """Make one voice's batch: synthesise, resample, trim, augment, write. Runs in workers."""
     first = batch[0]
@@ -286,7 +291,7 @@ def synthesize_batch(batch: list[Utterance], out: Path) -> list[dict[str, Any]]:
     share = (time.perf_counter() - start) / len(batch)
     records = []
     for utt, (samples, rate) in zip(batch, audio, strict=True):
-        clean = trim_silence(soxr.resample(samples, rate, RATE) if rate != RATE else samples)
+        clean = cleaned(samples, rate)
         x = augment.apply(clean, utt.aug, utt.seed) if utt.aug else clean
         write_wav(out / utt.audio, x)
         records.append(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from asr.speller import WAIT_KEY
 from training.recipes.gather import REAL, SYNTHETIC, TITLES
 from training.recipes.results_table import streams_carried
 from training.recipes.whisper_goals import (
@@ -448,7 +449,7 @@ SETTINGS = {  # the metadata that is a setting of the command (not a shape or a 
     "rank",
     "whole_share",
     "numbers",
-    "wait",
+    WAIT_KEY,
     "epochs",
     "lambda",
     "likelihood_cap",
@@ -464,7 +465,7 @@ def learnt_flags(meta: dict[str, str]) -> str:
     of their own is ``--wait no-speech``)."""
     flags = ""
     for key in sorted(SETTINGS & meta.keys()):
-        value = "no-speech" if key == "wait" else meta[key]
+        value = "no-speech" if key == WAIT_KEY else meta[key]
         flags += f" {FLAGS.get(key, '--' + key.replace('_', '-'))} {value}"
     return flags
 
