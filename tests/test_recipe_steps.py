@@ -370,11 +370,17 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         synth_dev
     )
     assert "everyday" not in " ".join(synth_dev)
+    # the speller's synthetic speech leaves a group of voices out for a dev split of theirs,
+    # whose sentences nothing else speaks
+    (speech,) = [d for d in draws if d[d.index("--out") + 1].endswith("mix/synth")]
+    assert speech[speech.index("--unseen-dev-size") + 1] == "300"
+    unseen_dev = str(tmp_path / "mix" / "synth" / "dev_unseen_voices.jsonl")
+    assert unseen_dev in synth_dev
     for draw in draws:
         assert held <= set(draw[draw.index("--exclude") + 1 :])
     supplements = [d for d in draws if "everyday" in d[d.index("--text") + 1]]
     for draw in supplements[1:]:  # the dev sets that choose are never spoken either
-        assert {str(tmp_path / "mix" / "real_dev.jsonl")} <= set(draw)
+        assert {str(tmp_path / "mix" / "real_dev.jsonl"), unseen_dev} <= set(draw)
     epoch, student = [c for c in first if c[1] == "distill"]
     assert f"distill.init={tmp_path}/exp/epoch/student/encoder.safetensors" in student
     assert f"distill.init={base}/whisper_encoder.safetensors" in epoch
@@ -416,6 +422,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         i for i, c in enumerate(first) if c[1] == "bench/real_speech.py"
     )
     assert all(str(tmp_path / "mix" / "synth-dev" / "dev.jsonl") in c for c in passes)
+    assert all(unseen_dev in c for c in passes)
     latencies = [c for c in first if c[1] == "bench/word_latency.py"]
     assert len(latencies) == 3
     assert all(

@@ -347,6 +347,70 @@ def test_test_short_holds_short_everyday_lines_never_in_train() -> None:
     assert synth_corpus.SHORT not in {u.split for u in plan_text(pairs)}
 
 
+UNSEEN_DEV_VOICES = {  # PINNED_VOICES and a few of DEV_HELD_OUT
+    "espeak": [*PINNED_VOICES["espeak"], "en-us+m3", "en-gb+klatt2"],
+    "flite": [*PINNED_VOICES["flite"], "awb"],
+}
+
+
+def unseen_dev_plan(unseen_dev_size: int) -> list[synth_corpus.Utterance]:
+    weights = {"espeak": 0.6, "flite": 0.4}
+    options = {"hours": 0.02, "test_size": 4, "dev_size": 5, "seed": 3, "aug_prob": 0.8}
+    pairs = short_and_long()
+    return synth_corpus.plan_corpus(
+        pairs, UNSEEN_DEV_VOICES, weights, rirs=[], unseen_dev_size=unseen_dev_size, **options
+    )
+
+
+def test_unseen_dev_split_has_voices_no_other_split_speaks() -> None:
+    """dev_unseen_voices speaks only DEV_HELD_OUT voices, which no other split then speaks,
+    and sentences of its own; without it a seed draws every split as before it existed."""
+    by_split: dict[str, list[synth_corpus.Utterance]] = {}
+    for u in unseen_dev_plan(6):
+        by_split.setdefault(u.split, []).append(u)
+    dev_voices = by_split[synth_corpus.UNSEEN_DEV]
+    assert len(dev_voices) == 6 and all(u.aug == [] for u in dev_voices)
+    assert {u.engine for u in dev_voices} == {"espeak", "flite"}
+    for split, items in by_split.items():
+        held = [
+            synth_corpus.is_held_out(u.engine, u.voice, synth_corpus.DEV_HELD_OUT) for u in items
+        ]
+        assert all(held) if split == synth_corpus.UNSEEN_DEV else not any(held), split
+    assert all(synth_corpus.is_held_out(u.engine, u.voice) for u in by_split["test_unseen_voices"])
+    texts = {split: {u.text for u in items} for split, items in by_split.items()}
+    others = set().union(*(t for split, t in texts.items() if split != synth_corpus.UNSEEN_DEV))
+    assert not texts[synth_corpus.UNSEEN_DEV] & others
+    # without the split those voices speak train and dev as any other
+    plain = unseen_dev_plan(0)
+    assert synth_corpus.UNSEEN_DEV not in {u.split for u in plain}
+    assert any(
+        synth_corpus.is_held_out(u.engine, u.voice, synth_corpus.DEV_HELD_OUT) for u in plain
+    )
+    pinned = synth_corpus.plan_corpus(PAIRS, PINNED_VOICES, *PINNED_ARGS, unseen_dev_size=0)
+    assert [u.id for u in pinned] == PINNED_IDS
+
+
+def test_unseen_dev_manifest_is_written_when_planned(tmp_path: Path) -> None:
+    def written(plan: list[synth_corpus.Utterance], out: Path) -> list[str]:
+        out.mkdir()
+        done = {
+            u.id: {"id": u.id, "audio": u.audio, "text": u.text, "duration": 1.0}
+            | {"engine": u.engine, "voice": u.voice, "params": u.params, "aug": u.aug}
+            for u in plan
+        }
+        synth_corpus.write_manifests(out, plan, done)
+        return sorted(path.stem for path in out.glob("*.jsonl"))
+
+    plan = unseen_dev_plan(3)
+    assert written(plan, tmp_path / "with") == sorted(
+        [*synth_corpus.SPLITS, synth_corpus.UNSEEN_DEV]
+    )
+    lines = (tmp_path / "with" / f"{synth_corpus.UNSEEN_DEV}.jsonl").read_text().splitlines()
+    expected = [u.id for u in plan if u.split == synth_corpus.UNSEEN_DEV]
+    assert [json.loads(line)["id"] for line in lines] == expected
+    assert written(unseen_dev_plan(0), tmp_path / "without") == sorted(synth_corpus.SPLITS)
+
+
 def test_held_out_splits_are_synthesized_first() -> None:
     plan = plan_text(short_and_long(), short_size=4)
     groups = synth_corpus.batches(plan, seed=5)

@@ -2,7 +2,7 @@
 
     python -m training.recipes.synth_corpus --out DIR [--hours H] [--seed S] [--jobs N]
         [--engines espeak=0.25 flite=0.15 festival=0.2 piper=0.4 kokoro=0.4]
-        [--text fortune wordnet austen everyday] [--install]
+        [--text fortune wordnet austen everyday] [--unseen-dev-size N] [--install]
 
 Writes 16 kHz mono 16-bit WAVs under DIR/wavs/<split>/<engine>/ and the manifests
 DIR/train.jsonl, DIR/dev.jsonl, DIR/test_seen_voices.jsonl and DIR/test_unseen_voices.jsonl.
@@ -10,6 +10,12 @@ Each line is {"id", "audio", "text", "duration", "engine", "voice", "params", "a
 is relative to the manifest's directory. Dev and test sentences never occur in train; the
 unseen-voices test uses only voices in HELD_OUT, which train and dev never use. Dev (seen
 voices, clean) is for validation and checkpoint choice, so the test splits stay untouched.
+With --unseen-dev-size N, DIR/dev_unseen_voices.jsonl holds N more sentences spoken by a
+second group of whole voices, DEV_HELD_OUT, which no other split of that corpus then uses: a
+dev set that sees what the unseen-voices test measures, for whatever learns from that
+corpus alone (the streaming speller's adapters and policy learn from the mix's synthetic
+speech, not from the corpus the student and the LAS layers learnt from). Without it those
+voices speak train and dev as any other, and a seed draws what it always drew.
 DIR/lm_text.txt holds every train-split sentence, voiced or not, for `asr lm`.
 
 Text comes from the sources named by --text (training/recipes/sources.py): fortune and
@@ -82,6 +88,16 @@ HELD_OUT = {
     "festival": ("ked_diphone",),
     "kokoro": ("af_river", "am_puck", "bf_lily", "bm_lewis"),
 }
+# The second group, for dev_unseen_voices (--unseen-dev-size): as HELD_OUT, a diphone voice
+# of festival's, one of flite's, espeak variants under every accent, and a kokoro voice
+# per accent and sex with every blend that contains one.
+DEV_HELD_OUT = {
+    "espeak": ("m3", "f3", "klatt2", "Andy", "linda"),
+    "flite": ("awb",),
+    "festival": ("kal_diphone",),
+    "kokoro": ("af_sky", "am_echo", "bf_isabella", "bm_daniel"),
+}
+UNSEEN_DEV = "dev_unseen_voices"
 BATCH = {"festival": 16, "piper": 8, "kokoro": 8}
 JOURNAL = "progress.jsonl"
 MANIFEST_EVERY_S = 300  # the split manifests are rewritten this often during a run
@@ -113,9 +129,10 @@ class Utterance:
         return f"wavs/{self.split}/{self.engine}/{self.id}.wav"
 
 
-def is_held_out(engine: str, voice: str) -> bool:
-    """Whether `voice` belongs to the unseen-voices test only."""
-    held = HELD_OUT.get(engine, ())
+def is_held_out(engine: str, voice: str, group: dict[str, tuple[str, ...]] = HELD_OUT) -> bool:
+    """Whether `voice` belongs to ``group``: by default the voices of the unseen-voices test
+    only (DEV_HELD_OUT: of dev_unseen_voices, when a corpus has that split)."""
+    held = group.get(engine, ())
     if engine == "espeak":
         return voice.split("+")[-1] in held
     if engine == "kokoro":
@@ -134,20 +151,28 @@ def is_short(sentence: Sentence) -> bool:
 
 
 def split_sentences(
-    pairs: list[Sentence], test_size: int, dev_size: int, rng: random.Random, short_size: int = 0
+    pairs: list[Sentence],
+    test_size: int,
+    dev_size: int,
+    rng: random.Random,
+    short_size: int = 0,
+    unseen_dev_size: int = 0,
 ) -> dict[str, list[Sentence]]:
     """Shuffle the sentences and deal them to the splits: no sentence is in two splits (and
     the sources hold each transcript once). With ``short_size``, the first ``short_size``
     short sentences are test_short, the test and dev splits are dealt from the others, and
-    train is every sentence left, short or not, in the shuffled order."""
+    train is every sentence left, short or not, in the shuffled order. dev_unseen_voices
+    (``unseen_dev_size``) is dealt after dev, so without it every other split is as before."""
     order = list(pairs)
     rng.shuffle(order)
     dealt = [s for s in order if not is_short(s)] if short_size else order
+    ends = np.cumsum([test_size, test_size, dev_size, unseen_dev_size])
     splits = {
-        "test_seen_voices": dealt[:test_size],
-        "test_unseen_voices": dealt[test_size : 2 * test_size],
-        "dev": dealt[2 * test_size : 2 * test_size + dev_size],
-        "train": dealt[2 * test_size + dev_size :],
+        "test_seen_voices": dealt[: ends[0]],
+        "test_unseen_voices": dealt[ends[0] : ends[1]],
+        "dev": dealt[ends[1] : ends[2]],
+        UNSEEN_DEV: dealt[ends[2] : ends[3]],
+        "train": dealt[ends[3] :],
     }
     if short_size:
         splits[SHORT] = [s for s in order if is_short(s)][:short_size]
@@ -157,11 +182,18 @@ def split_sentences(
 
 
 def write_lm_text(
-    out: Path, pairs: list[Sentence], test_size: int, dev_size: int, seed: int, short_size: int = 0
+    out: Path,
+    pairs: list[Sentence],
+    test_size: int,
+    dev_size: int,
+    seed: int,
+    short_size: int = 0,
+    unseen_dev_size: int = 0,
 ) -> int:
     """Every train-split sentence, voiced or not, one per line, for ``asr lm``: text is cheap,
     so the language model learns from the sentences the audio budget left unspoken too."""
-    train = split_sentences(pairs, test_size, dev_size, random.Random(seed), short_size)["train"]
+    rng = random.Random(seed)
+    train = split_sentences(pairs, test_size, dev_size, rng, short_size, unseen_dev_size)["train"]
     tmp = out / (LM_TEXT + ".tmp")
     tmp.write_text("".join(f"{s.text}\n" for s in train), encoding="utf-8")
     tmp.replace(out / LM_TEXT)
@@ -200,6 +232,7 @@ def plan_corpus(
     rirs: list[str],
     shares: dict[str, float] | None = None,
     short_size: int = 0,
+    unseen_dev_size: int = 0,
 ) -> list[Utterance]:
     """Deterministic plan: split sentences, then give engines audio time by their weights.
 
@@ -207,19 +240,34 @@ def plan_corpus(
     weights in estimated audio time; voices and prosody are drawn at random per utterance.
     Text sources share train audio time by ``shares`` the same way (see ``train_order``).
     Only train utterances are augmented (with probability `aug_prob`): test sets stay clean.
-    ``short_size`` > 0 plans test_short (see ``split_sentences``), with seen voices.
+    ``short_size`` > 0 plans test_short (see ``split_sentences``), with seen voices;
+    ``unseen_dev_size`` > 0 plans dev_unseen_voices, which alone then speaks DEV_HELD_OUT.
     """
     rng = random.Random(seed)
-    sentences = split_sentences(pairs, test_size, dev_size, rng, short_size)
+    sentences = split_sentences(pairs, test_size, dev_size, rng, short_size, unseen_dev_size)
+
+    def group(engine: str, voice: str) -> str | None:
+        """The one split a held-out voice speaks; None for a voice the others share."""
+        if is_held_out(engine, voice):
+            return "test_unseen_voices"
+        if unseen_dev_size and is_held_out(engine, voice, DEV_HELD_OUT):
+            return UNSEEN_DEV
+        return None
+
     split_voices = {
         split: {
-            engine: [v for v in vs if is_held_out(engine, v) == (split == "test_unseen_voices")]
+            engine: [
+                v
+                for v in vs
+                if group(engine, v)
+                == (split if split in ("test_unseen_voices", UNSEEN_DEV) else None)
+            ]
             for engine, vs in voices.items()
         }
-        for split in (*SPLITS, SHORT)
+        for split in (*SPLITS, SHORT, UNSEEN_DEV)
     }
     plan: list[Utterance] = []
-    for split in ("test_seen_voices", "test_unseen_voices", SHORT, "dev", "train"):
+    for split in ("test_seen_voices", "test_unseen_voices", SHORT, "dev", UNSEEN_DEV, "train"):
         usable = {e: w for e, w in weights.items() if split_voices[split].get(e)}
         if not usable or not sentences.get(split):
             continue
@@ -347,8 +395,9 @@ MANIFEST_KEYS = ("id", "audio", "text", "duration", "engine", "voice", "params",
 
 def write_manifests(out: Path, plan: list[Utterance], done: dict[str, dict[str, Any]]) -> None:
     """One JSON-lines manifest per split, in plan order, each replaced atomically; test_short
-    only when planned."""
-    for split in (*SPLITS, SHORT) if any(u.split == SHORT for u in plan) else SPLITS:
+    and dev_unseen_voices only when planned."""
+    planned = {u.split for u in plan}
+    for split in [*SPLITS, *(s for s in (SHORT, UNSEEN_DEV) if s in planned)]:
         lines = [
             json.dumps({k: done[u.id][k] for k in MANIFEST_KEYS})
             for u in plan
@@ -372,7 +421,7 @@ def summary(plan: list[Utterance], done: dict[str, dict[str, Any]]) -> str:
                 row[2] += record["clean_duration"]
                 row[3] += record["synth_seconds"]
     lines = [f"{'':20s} {'utts':>7s} {'hours':>7s} {'speed':>8s}"]
-    for key in [*ENGINES, *SPLITS, SHORT]:
+    for key in [*ENGINES, *SPLITS, SHORT, UNSEEN_DEV]:
         if key in rows:
             n, hours, clean, secs = rows[key]
             speed = f"{clean / secs:7.1f}x" if secs else "      -"
@@ -520,6 +569,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dev-size", type=non_negative, default=200, help="utterances in the dev split"
     )
+    parser.add_argument(
+        "--unseen-dev-size",
+        type=non_negative,
+        default=0,
+        help="utterances in dev_unseen_voices, spoken by DEV_HELD_OUT voices only, which no "
+        "other split then speaks (0: none, and those voices speak train and dev)",
+    )
     parser.add_argument("--aug-prob", type=float, default=0.8, help="share of train augmented")
     parser.add_argument("--install", action="store_true", help="apt/pip install what is missing")
     parser.add_argument("--max-sentences", type=int, default=0, help="use only the first N (tests)")
@@ -585,12 +641,15 @@ def main(argv: list[str] | None = None) -> int:
         rirs,
         shares=shares,
         short_size=short_size,
+        unseen_dev_size=args.unseen_dev_size,
     )
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(vars(args) | {"out": str(out)}, indent=1))
     # the text is known before any audio: a language model can be trained while it is made
-    lm_sentences = write_lm_text(out, pairs, args.test_size, args.dev_size, args.seed, short_size)
+    lm_sentences = write_lm_text(
+        out, pairs, args.test_size, args.dev_size, args.seed, short_size, args.unseen_dev_size
+    )
     print(f"{out / LM_TEXT}: {lm_sentences} train-split sentences for `asr lm`", flush=True)
     done = load_journal(out)
     todo = [u for u in plan if u.id not in done]
