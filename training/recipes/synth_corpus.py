@@ -55,6 +55,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,7 @@ def split_sentences(
     order = list(pairs)
     rng.shuffle(order)
     dealt = [s for s in order if not is_short(s)] if short_size else order
-    ends = np.cumsum([test_size, test_size, dev_size, unseen_dev_size])
+    ends = list(accumulate([test_size, test_size, dev_size, unseen_dev_size]))
     splits = {
         "test_seen_voices": dealt[: ends[0]],
         "test_unseen_voices": dealt[ends[0] : ends[1]],
