@@ -68,6 +68,25 @@ def adapter_weights(layers: Sequence[nn.Module], names: Sequence[str]) -> dict[s
     return weights
 
 
+def averaged_adapters(snapshots: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    """The adapters whose every linear's B A is the mean of the ``snapshots``' (each an
+    :func:`adapter_weights`), exactly: A stacked, B stacked and divided by their number, so
+    rank times the count. Averaging A and B apart would give the product of the means,
+    not the mean of the products; weights averaged over a run's last checkpoints are less
+    a matter of which step the run stopped at than any one of them (the research record)."""
+    if not snapshots:
+        raise ValueError("no adapters to average")
+    count = len(snapshots)
+    averaged = {}
+    for key in snapshots[0]:
+        parts = [s[key].float() for s in snapshots]
+        if key.endswith(".down"):
+            averaged[key] = torch.cat(parts, dim=0)
+        else:
+            averaged[key] = torch.cat(parts, dim=1) / count
+    return averaged
+
+
 def restore_adapters(
     layers: Sequence[nn.Module], names: Sequence[str], weights: Mapping[str, Tensor]
 ) -> None:
@@ -76,8 +95,9 @@ def restore_adapters(
         for name in names:
             module = getattr(layer, name)
             if isinstance(module, LowRank):
-                module.down.data.copy_(weights[f"{i}.{name}.down"])
-                module.up.data.copy_(weights[f"{i}.{name}.up"])
+                # (set, not copied: averaged adapters have a rank of their own)
+                module.down.data = weights[f"{i}.{name}.down"].clone()
+                module.up.data = weights[f"{i}.{name}.up"].clone()
 
 
 def apply_adapter_weights(

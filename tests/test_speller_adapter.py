@@ -18,7 +18,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from asr.adapters import adapter_weights, add_adapters, apply_adapter_weights, merge_adapters
+from asr.adapters import (
+    adapter_weights,
+    add_adapters,
+    apply_adapter_weights,
+    averaged_adapters,
+    merge_adapters,
+)
 from asr.bundle import load_model
 from asr.config import WhisperConfig
 from asr.speller import ADAPTER_FILE, POLICY_FILE, WAIT_KEY, learnt_on
@@ -82,21 +88,41 @@ def test_saved_adapters_merged_at_load_are_the_decoder_they_trained(tmp_path: Pa
         apply_adapter_weights(copy.deepcopy(plain).layers, LINEARS, wrong)
 
 
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def test_averaged_adapters_are_the_mean_of_their_products_not_of_their_factors() -> None:
+    torch.manual_seed(1)
+    snapshots = [
+        {"0.fc1.down": torch.randn(3, 16), "0.fc1.up": torch.randn(64, 3)} for _ in range(3)
+    ]
+    averaged = averaged_adapters(snapshots)
+    assert averaged["0.fc1.down"].shape == (9, 16)  # rank times the count
+    products = [s["0.fc1.up"] @ s["0.fc1.down"] for s in snapshots]
+    mean = torch.stack(products).mean(0)
+    assert torch.allclose(averaged["0.fc1.up"] @ averaged["0.fc1.down"], mean, atol=1e-5)
+    factors = sum(s["0.fc1.up"] for s in snapshots) @ sum(s["0.fc1.down"] for s in snapshots)
+    assert not torch.allclose(factors / 9, mean, atol=1e-2)
+    with pytest.raises(ValueError, match="no adapters"):
+        averaged_adapters([])
+
+
+def tune_arguments(work: Path, *more: str) -> argparse.Namespace:
     """Eight steps on six synthetic clips (Whisper's own transcripts as targets), held out
-    on five others."""
-    work = tmp_path_factory.mktemp("tune")
+    on five others, validated every fourth."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(
+    return parser.parse_args(
         ["--model", str(MODEL), "--train", str(HELDOUT / "test_seen_voices.jsonl")]
         + ["--valid", str(HELDOUT / "test_unseen_voices.jsonl"), "--limit", "6"]
         + ["--teacher-cache", str(work / "teacher"), "--cache", str(work / "states")]
-        + ["--out", str(work / "out"), "--epochs", "4", "--batch", "3", "--lr", "1e-3"]
-        + ["--warmup", "2", "--valid-every", "4", "--wait", "no-speech"]
+        + ["--epochs", "4", "--batch", "3", "--lr", "1e-3", "--warmup", "2"]
+        + ["--valid-every", "4", "--wait", "no-speech", *more]
     )
-    assert run(args) == 0
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The adapters of the best held-out loss of :func:`tune_arguments`' run."""
+    work = tmp_path_factory.mktemp("tune")
+    assert run(tune_arguments(work, "--out", str(work / "out"))) == 0
     return work / "out"
 
 
@@ -111,6 +137,34 @@ def test_tuning_lowers_the_held_out_loss_and_teaches_the_wait(tuned: Path) -> No
         meta = f.metadata()
     assert (meta["epochs"], meta["numbers"], meta["whole_share"]) == ("4", "digits", "0.3")
     assert meta[WAIT_KEY] == NO_SPEECH
+
+
+def test_average_writes_the_mean_of_the_last_validations_the_end_among_them(
+    tuned: Path,
+) -> None:
+    """``--average 2`` over the same run (its caches): the file is the mean of the adapters
+    at steps 4 and 8, the second half of its stack the run's last adapters (as resumed from),
+    and the history gives the mean's own held-out figures."""
+    out = tuned.parent / "average"
+    assert run(tune_arguments(tuned.parent, "--out", str(out), "--average", "2")) == 0
+    history = json.loads((out / "history.json").read_text())
+    assert history[-1]["averaged"] == 2 and history[-1]["step"] == 8
+    assert [h["step"] for h in history[:-1]] == [0, 4, 8]
+    assert history[-1]["loss"] < history[0]["loss"]
+    saved = load_file(str(out / ADAPTER_FILE))
+    last = torch.load(out / "last.pt", weights_only=False)["adapters"]
+    moved = 0.0  # how far step 4's B (from zero) lay from the end's
+    for key, value in last.items():
+        half = saved[key].float().chunk(2, dim=0 if key.endswith(".down") else 1)
+        expected = value if key.endswith(".down") else value / 2
+        assert torch.allclose(half[1], expected, atol=2e-3)
+        if key.endswith(".up"):
+            moved = max(moved, float((half[0] - expected).abs().max() / expected.abs().max()))
+    assert moved > 0.1, moved
+    with safe_open(str(out / ADAPTER_FILE), "pt") as f:
+        assert f.metadata()["average"] == "2"
+    assert run(tune_arguments(tuned.parent, "--out", str(out), "--average", "2", "--resume")) == 0
+    assert json.loads((out / "history.json").read_text()) == history  # a finished run stays
 
 
 def bundle_with(adapter: Path, out: Path, policy_for_it: bool = True) -> Path:

@@ -32,9 +32,10 @@ train-speller`` on a bundle that carries it).
         data/mix3/synth-11k/manifest.jsonl --valid data/mix3/valid.jsonl \\
         --teacher-cache data/teacher --cache exp/speller-states --out exp/speller-adapter
 
-writes ``OUT/speller_adapter.safetensors`` (the adapters of the best held-out loss; copied
-into a bundle, its streaming pass reads with them) and ``OUT/last.pt`` (``--resume``
-continues a stopped run).
+writes ``OUT/speller_adapter.safetensors`` (the adapters of the best held-out loss, or with
+``--average N`` the mean of those at the run's last N validations; copied into a bundle,
+its streaming pass reads with them) and ``OUT/last.pt`` (``--resume`` continues a stopped
+run).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 from tqdm import tqdm
 
-from asr.adapters import adapter_weights, add_adapters, restore_adapters
+from asr.adapters import adapter_weights, add_adapters, averaged_adapters, restore_adapters
 from asr.config import WhisperConfig
 from asr.speller import ADAPTER_FILE, CHUNK_STATES, WAIT_KEY, student_sha1
 from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder, load_decoder
@@ -99,6 +100,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=8, help="clips per step")
     parser.add_argument("--max-seconds", type=float, default=30.0, help="longer clips skipped")
     parser.add_argument("--valid-every", type=int, default=100, help="steps")
+    parser.add_argument(
+        "--average",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write the mean of the adapters at the last N validations (the run's end among "
+        "them) instead of those of the best held-out loss (default 0: the best)",
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--seed", type=int, default=0)
@@ -110,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.whole_share <= 1 or args.rank < 1 or args.batch < 1 or args.epochs < 1:
         raise ValueError("--whole-share must be 0 to 1, --rank, --batch and --epochs at least 1")
+    if args.average < 0:
+        raise ValueError(
+            f"--average must be 0 (off) or a number of validations, got {args.average}"
+        )
     configure_cpu(args.threads)
     recognizer = load_model(args.model)
     finals = float32_finals(recognizer)
@@ -153,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
         "whole_share": str(args.whole_share),
         "epochs": str(args.epochs),
     }
+    if args.average:
+        tuner.meta["average"] = str(args.average)
     if args.wait == "no-speech":
         tuner.meta[WAIT_KEY] = NO_SPEECH
     stopped_by = tuner.fit(resume=args.resume)
@@ -380,6 +395,8 @@ class AdapterTuner:
                         self._validate_and_keep(state)
                 state["epoch"] += 1
                 state["batch"] = 0
+        if args.average and "averaged" not in state:
+            self._keep_average(state)
         self._save(state)
         return 0
 
@@ -387,14 +404,38 @@ class AdapterTuner:
         figures = self.validate()
         state["history"].append({"step": state["step"], **figures})
         best = figures["loss"] < state["best"]
+        keeps_best = best and not self.args.average
         tqdm.write(
             f"step {state['step']}: held-out loss {figures['loss']:.4f}, waits right "
-            f"{figures['waits_right']:.1%}" + (" (best: saved)" if best else "")
+            f"{figures['waits_right']:.1%}" + (" (best: saved)" if keeps_best else "")
         )
         if best:
             state["best"] = figures["loss"]
+        if keeps_best:
             self.save_adapter(self.out / ADAPTER_FILE)
+        if self.args.average:
+            weights = adapter_weights(self.decoder.layers, LINEARS)
+            recent = state.setdefault("recent", [])
+            recent.append({k: v.clone() for k, v in weights.items()})
+            del recent[: -self.args.average]
         self._save(state)
+
+    def _keep_average(self, state: dict) -> None:
+        """Write the mean of the adapters kept at the last ``--average`` validations, with
+        its held-out figures in the history (``averaged``: how many it is the mean of)."""
+        last = {k: v.clone() for k, v in adapter_weights(self.decoder.layers, LINEARS).items()}
+        averaged = averaged_adapters(state["recent"])
+        restore_adapters(self.decoder.layers, LINEARS, averaged)
+        figures = self.validate()
+        self.save_adapter(self.out / ADAPTER_FILE)
+        restore_adapters(self.decoder.layers, LINEARS, last)
+        state["averaged"] = len(state["recent"])
+        state["history"].append({"step": state["step"], "averaged": state["averaged"], **figures})
+        steps = [h["step"] for h in state["history"] if "averaged" not in h][-state["averaged"] :]
+        tqdm.write(
+            f"the mean of steps {', '.join(map(str, steps))}: held-out loss "
+            f"{figures['loss']:.4f}, waits right {figures['waits_right']:.1%} (saved)"
+        )
 
     def save_adapter(self, path: Path) -> None:
         weights = {k: v.half() for k, v in adapter_weights(self.decoder.layers, LINEARS).items()}

@@ -451,6 +451,7 @@ SETTINGS = {  # the metadata that is a setting of the command (not a shape or a 
     "numbers",
     WAIT_KEY,
     "epochs",
+    "average",
     "lambda",
     "likelihood_cap",
     "agreement",
