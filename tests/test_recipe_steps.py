@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -283,6 +283,7 @@ def write(path, text="x"):
 
 if what == "training.recipes.synth_corpus":
     write(out / "train.jsonl")
+    write(out / "dev.jsonl")
 elif what == "training.recipes.distill_mix":
     write(out / "train_manifests.txt", f"[{out}/real_en.jsonl,{out}/synth-11k/manifest.jsonl]")
 elif what in ("pseudo-label", "merge"):
@@ -305,18 +306,17 @@ elif out is not None:
 """
 
 
-def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_resumes(
-    tmp_path: Path,
-) -> None:
+def real_student_recipe(tmp_path: Path, **more: str) -> Callable[[], list[list[str]]]:
+    """training/recipes/real_student.sh over stand-ins (``more``: its settings), on a base
+    bundle in ``tmp_path/base``: a run of it gives the command lines it ran."""
     stub = tmp_path / "bin"
     stub.mkdir()
     for name in ("python", "asr"):
         (stub / name).write_text(STAND_IN)
         (stub / name).chmod(0o755)
-    data, base = tmp_path / "live", tmp_path / "base"
-    for path in (data / "dev.jsonl", data / "test_short.jsonl", base / "config.json"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("x")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("x")
     for name in ("whisper_encoder", "speller_adapter", "speller_policy", "model"):
         (base / f"{name}.safetensors").write_text(f"the base's {name}")
     (base / "README.md").write_text("the base's card")
@@ -325,11 +325,12 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         **os.environ,
         "PATH": f"{stub}:/usr/bin:/bin",
         "CALLS": str(calls),
-        "DATA": str(data),
+        "DATA": str(tmp_path / "live"),
         "BASE": str(base),
         "MIX": str(tmp_path / "mix"),
         "REAL_AUDIO": str(tmp_path / "real"),
         "EXP": str(tmp_path / "exp"),
+        **more,
     }
     recipe = REPO / "training" / "recipes" / "real_student.sh"
 
@@ -346,6 +347,17 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         assert done.returncode == 0, done.stderr
         return [line.split() for line in calls.read_text().splitlines()]
 
+    return run
+
+
+def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_resumes(
+    tmp_path: Path,
+) -> None:
+    data, base = tmp_path / "live", tmp_path / "base"
+    for path in (data / "dev.jsonl", data / "test_short.jsonl"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    run = real_student_recipe(tmp_path)
     first = run()
     order = [c[2] if c[1] == "-m" else c[1] for c in first]
     assert order.index("training.recipes.real_audio") < order.index("training.recipes.distill_mix")
@@ -451,3 +463,42 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     later = time.time() + 5
     os.utime(tmp_path / "exp" / "student" / "student" / "encoder.safetensors", (later, later))
     assert "blend-students" in [c[1] for c in run()]
+
+
+def test_the_speller_alone_is_learnt_over_the_base_student_and_read_beside_it(
+    tmp_path: Path,
+) -> None:
+    """SPELLER_ONLY=1 on a fresh machine: the corpus's held-out splits drawn alone first, the
+    mix's speech, then the speller's adapters and policy over the base's own student, and
+    the dev figures of both bundles; no distillation, blend, pseudo-labels or LAS layers."""
+    run = real_student_recipe(tmp_path, SPELLER_ONLY="1")
+    first = run()
+    data, base, mix = tmp_path / "live", tmp_path / "base", tmp_path / "mix"
+    draws = [c for c in first if "training.recipes.synth_corpus" in c]
+    held_out = draws[0]
+    assert held_out[held_out.index("--out") + 1] == str(data)
+    assert held_out[held_out.index("--hours") + 1 :][:3] == ["0", "--seed", "5"]
+    assert first.index(held_out) == 0 and len(draws) == 4  # and the mix's three
+    order = [c[2] if c[1] == "-m" else c[1] for c in first]
+    for skipped in ("distill", "blend-students", "pseudo-label", "train", "prepare"):
+        assert skipped not in order
+    assert order.index("tune-speller") < order.index("train-speller")
+    assert order.index("train-speller") < order.index("bench/real_speech.py")
+    bundle = tmp_path / "exp" / "bundle"
+    assert (bundle / "whisper_encoder.safetensors").read_text() == "the base's whisper_encoder"
+    assert (bundle / "model.safetensors").read_text() == "the base's model"
+    assert (bundle / "speller_policy.safetensors").read_text().startswith("policy of")
+    (dev,) = [c for c in first if c[1] == "bench/real_speech.py"]
+    assert dev[3:5] == [str(base), str(bundle)]
+    devs = dev[dev.index("--manifest") + 1 : dev.index("--out")]
+    assert devs == [
+        str(mix / "real_dev.jsonl"),
+        str(data / "dev.jsonl"),
+        str(mix / "synth-dev" / "dev.jsonl"),
+        str(mix / "short-dev" / "train.jsonl"),
+        str(mix / "synth" / "dev_unseen_voices.jsonl"),
+    ]
+    assert len([c for c in first if c[1] == "bench/word_latency.py"]) == 1
+    assert (tmp_path / "exp" / "dev" / "whisper_pass.txt").is_file()
+    again = {c[2] if c[1] == "-m" else c[1] for c in run()}  # the data recipes resume alone
+    assert again == {"training.recipes.real_audio", "training.recipes.synth_corpus"}

@@ -17,6 +17,12 @@
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
 #   BLEND=W      the distilled student's share of the blend (default 0.5: research record)
 #   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
+#   SPELLER_ONLY=1  the candidate keeps $BASE's student and LAS layers: only the streaming
+#                speller (adapters, policy) is learnt again, over that student, and read
+#                beside $BASE on the dev sets (about two hours from a fresh clone); $DATA's
+#                held-out and dev splits are drawn alone where it has none. A candidate
+#                they choose is published by `python -m training.recipes.publish_speller
+#                --speller $EXP/bundle --real DIR --prototype FILE` (its own --help)
 # $EXP/dev holds the candidate's figures beside $BASE's on the dev sets ($EXP/dev/early the
 # speller's, as soon as its policy is learnt). A candidate they choose is published with its
 # card (held-out figures, the LAS layers beside their baseline, the speller it carries) by
@@ -33,15 +39,23 @@ BASE=${BASE:-models/default}
 THREADS=${THREADS:-2}
 MINUTES=${MINUTES:-90}  # about 7 epochs of the LAS layers' 27 h
 BLEND=${BLEND:-0.5}
+SPELLER_ONLY=${SPELLER_ONLY:-}
 read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
 BUNDLE=$EXP/bundle  # the candidate
 TUNED=$EXP/student/student  # the distilled student
 STUDENT=$EXP/blend  # the candidate's: the distilled student blended with $BASE's
+ENCODER=$STUDENT/encoder.safetensors
+[ -z "$SPELLER_ONLY" ] || ENCODER=$BASE/whisper_encoder.safetensors
 # never spoken by the new synthetic speech: the held-out splits, and the dev sets that choose
 HELD=("$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}")
 UNSEEN=dev_unseen_voices  # the mix's synthetic speech's dev split by voices it leaves out
+
+held_out() {  # the corpus's held-out and dev splits, without its 12 h of train speech
+  [ -f "$DATA/dev.jsonl" ] && return
+  corpus_draw "$DATA" 0
+}
 
 real_audio() {
   python -m training.recipes.real_audio --out "$REAL_AUDIO"
@@ -118,7 +132,7 @@ bundle() {  # the bundle with the new student; its speller's adapters and policy
   [ -f "$BUNDLE/config.json" ] && return
   mkdir -p "$BUNDLE.tmp"
   cp -r "$BASE"/. "$BUNDLE.tmp/"
-  cp "$STUDENT/encoder.safetensors" "$BUNDLE.tmp/whisper_encoder.safetensors"
+  cp "$ENCODER" "$BUNDLE.tmp/whisper_encoder.safetensors"
   rm -f "$BUNDLE.tmp"/speller_{adapter,policy}.safetensors "$BUNDLE.tmp"/{README.md,metrics.json}
   mv "$BUNDLE.tmp" "$BUNDLE"
 }
@@ -186,8 +200,10 @@ figure() {  # $1 = file: the command's output, kept once it has run to its end
 # the test splits are, everyday text (numbers, times, codes) among them: the larger split,
 # without it, read a speller that loses the test splits 2-4 points as 1 point better
 # (research record, 2026-11-30).
-DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX"/{everyday2,short}/dev.jsonl
-  "$MIX/synth-dev/dev.jsonl" "$MIX/short-dev/train.jsonl" "$MIX/synth/$UNSEEN.jsonl")
+DEVS=("$MIX/real_dev.jsonl" "$DATA/dev.jsonl" "$MIX/synth-dev/dev.jsonl"
+  "$MIX/short-dev/train.jsonl" "$MIX/synth/$UNSEEN.jsonl")
+# the supplements' (a speller alone draws none)
+[ -n "$SPELLER_ONLY" ] || DEVS+=("$MIX"/{everyday2,short}/dev.jsonl)
 
 pass_figures() {  # $1 = directory, $2 = streaming decoder (whisper, lstm), $3 = its
   # bench/word_latency.py suffix (whisper, greedy): one streaming pass of both bundles
@@ -218,9 +234,18 @@ figures() {  # the whole candidate: both streaming passes
 # The speller's adapters and policy first: they read the student alone (word ends from
 # Whisper's alignment heads), so the figures issue #40 asks of real speech come hours before
 # the LAS layers (which need the pseudo-labels, the supplements and their own training).
+[ -z "$SPELLER_ONLY" ] || timed "$steps" "held-out splits" held_out
 timed "$steps" "real audio" real_audio
 timed "$steps" "synthetic speech" synthetic
 timed "$steps" mix mix
+if [ -n "$SPELLER_ONLY" ]; then
+  timed "$steps" bundle bundle
+  timed "$steps" "speller adapters" adapters
+  timed "$steps" "speller policy" policy
+  timed "$steps" "dev figures" pass_figures "$EXP/dev" whisper whisper
+  echo "candidate speller: $BUNDLE; its figures on the dev sets beside $BASE's: $EXP/dev"
+  exit 0
+fi
 timed "$steps" distillation student  # the longest step, and the one the rest read
 timed "$steps" blend blend
 timed "$steps" bundle bundle

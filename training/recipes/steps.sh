@@ -47,6 +47,15 @@ settle_killed_step() {  # $1 = steps.tsv: a killed step's time, start to its las
 
 ENGINES=(kokoro=0.45 piper=0.25 espeak=0.1 festival=0.1 flite=0.1)  # the corpus's voices
 
+corpus_draw() {  # $1 = folder, $2 = hours of train speech: the corpus recipe's draw (seed
+  # 5), 200 test sentences to a split and 100 dev; with 0 hours the held-out and dev splits
+  # alone, the same sentences and voices (the research record: every id of tests/data/heldout
+  # came back)
+  python -m training.recipes.synth_corpus --out "$1" --hours "$2" --seed 5 --jobs 2 --install \
+    --engines "${ENGINES[@]}" \
+    --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
+}
+
 supplement() {  # $1 = folder, $2 = hours, $3 = seed, $4 = dev utterances, $5 = most words a
   # sentence may have (0: any), then manifests whose sentences it must not speak (the
   # held-out splits among them): everyday material (numbers, letters, commands, one or two

@@ -56,9 +56,7 @@ TRAIN=$DATA/train_all.jsonl  # the corpus's train split and the everyday supplem
 DEV=$DATA/dev_all.jsonl  # the corpus's dev split and the second supplement's
 
 corpus() {
-  python -m training.recipes.synth_corpus --out "$DATA" --hours 12 --seed 5 --jobs 2 --install \
-    --engines "${ENGINES[@]}" \
-    --text fortune=0.25 wordnet=0.15 austen=0.3 everyday=0.3 --test-size 200 --dev-size 100
+  corpus_draw "$DATA" 12
 }
 
 everyday() {  # 3 hours, then 2 more of sentences neither the corpus nor the first speaks,
