@@ -414,16 +414,15 @@ class AdapterTuner:
         if keeps_best:
             self.save_adapter(self.out / ADAPTER_FILE)
         if self.args.average:
-            weights = adapter_weights(self.decoder.layers, LINEARS)
             recent = state.setdefault("recent", [])
-            recent.append({k: v.clone() for k, v in weights.items()})
+            recent.append(self._snapshot())
             del recent[: -self.args.average]
         self._save(state)
 
     def _keep_average(self, state: dict) -> None:
         """Write the mean of the adapters kept at the last ``--average`` validations, with
         its held-out figures in the history (``averaged``: how many it is the mean of)."""
-        last = {k: v.clone() for k, v in adapter_weights(self.decoder.layers, LINEARS).items()}
+        last = self._snapshot()
         averaged = averaged_adapters(state["recent"])
         restore_adapters(self.decoder.layers, LINEARS, averaged)
         figures = self.validate()
@@ -436,6 +435,10 @@ class AdapterTuner:
             f"the mean of steps {', '.join(map(str, steps))}: held-out loss "
             f"{figures['loss']:.4f}, waits right {figures['waits_right']:.1%} (saved)"
         )
+
+    def _snapshot(self) -> dict[str, Tensor]:
+        """The adapters as they are now, apart from the parameters training goes on to change."""
+        return {k: v.clone() for k, v in adapter_weights(self.decoder.layers, LINEARS).items()}
 
     def save_adapter(self, path: Path) -> None:
         weights = {k: v.half() for k, v in adapter_weights(self.decoder.layers, LINEARS).items()}
