@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from asr.whisper_encoder import Streaming
+from asr.whisper_features import silence_value
 
 FORMAT_VERSION = 1
 
@@ -169,6 +170,9 @@ class WhisperConfig(Checked):
     floor: float = -7.0
     chunk: int = bounded(8, at_least=1)  # encoder states (20 ms each) decided together: 160 ms
     left_context: int = bounded(500, at_least=0)  # states before a chunk that it attends to (10 s)
+    # states of silence a stream is encoded from before its audio (a whole number of chunks;
+    # asr.whisper_encoder.Streaming): its first chunk then has a past to attend to
+    prime: int = bounded(0, at_least=0)
     int8: bool = False  # serve the encoder's convolutions and linear layers in int8
     # how int8 quantises: "rows", each state's activations apart (exact in any batch, and the
     # convolutions too); "dynamic", torch's per call and stream, linear layers only, as
@@ -178,8 +182,16 @@ class WhisperConfig(Checked):
     # can be asked for (--two-pass) even where decode.two_pass leaves them off by default
     carry_teacher: bool = False
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.prime % self.chunk:
+            raise ValueError(
+                f"model.whisper.prime must be a whole number of chunks ({self.chunk} states), "
+                f"got {self.prime}"
+            )
+
     def streaming(self) -> Streaming:
-        return Streaming(chunk=self.chunk, left_context=self.left_context)
+        return Streaming(self.chunk, self.left_context, self.prime, silence_value(self.floor))
 
 
 @dataclass

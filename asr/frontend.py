@@ -138,6 +138,8 @@ class Frontend:
             "int8": "rows" if w.int8 and w.quantization == "rows" else w.int8,
             "encoder": digest,
         }
+        if w.prime:  # frames cached before primes existed keep their names
+            key["prime"] = w.prime
         return key if self.causal else {**key, "full_attention": True}
 
 

@@ -553,6 +553,12 @@ def student_sha1(bundle: Path) -> str:
     return file_sha1(bundle / BUNDLE_ENCODER_FILE)
 
 
+def states_of(student: str, prime: int) -> str:
+    """What a student's states depend on, for the caches of them: its file's hash, and the
+    silence its streams are primed with (``model.whisper.prime``), where they are."""
+    return f"{student}+prime{prime}" if prime else student
+
+
 def learnt_on(bundle: Path) -> dict[str, str]:
     """What a policy for ``bundle`` must have learnt on, as its file's metadata names it:
     the student's states, read by the decoder with the bundle's adapters or without."""

@@ -28,6 +28,7 @@ SAMPLE_RATE = 16000
 N_FFT = 400
 HOP = 160
 N_MELS = 80
+POWER_MIN = 1e-10  # mel power's clamp before log10: digital silence's value
 _HALF = N_FFT // 2
 _BLOCK = 256  # frames per block of the mel projection (bounds its temporary memory)
 
@@ -86,13 +87,13 @@ _FIRST_BIN = np.cumsum([0] + [len(bins) for bins in _BINS[:-1]])
 
 
 def _log_mel_power(windows: np.ndarray) -> np.ndarray:
-    """[T, 400] float64 windows -> [T, 80] float64 log10 mel power (clamped at 1e-10)."""
+    """[T, 400] float64 windows -> [T, 80] float64 log10 mel power (clamped at POWER_MIN)."""
     power = np.abs(np.fft.rfft(windows * _WINDOW, axis=1)) ** 2
     mel = np.empty((len(windows), N_MELS))
     for i in range(0, len(windows), _BLOCK):
         weighted = power[i : i + _BLOCK, _BIN_INDEX] * _BIN_WEIGHT
         mel[i : i + _BLOCK] = np.add.reduceat(weighted, _FIRST_BIN, axis=1)
-    return np.log10(np.maximum(mel, 1e-10))
+    return np.log10(np.maximum(mel, POWER_MIN))
 
 
 def scale(log_mel: np.ndarray, floor: float | None) -> np.ndarray:
@@ -100,6 +101,11 @@ def scale(log_mel: np.ndarray, floor: float | None) -> np.ndarray:
     if floor is None:
         floor = float(log_mel.max()) - 8.0 if log_mel.size else 0.0
     return ((np.maximum(log_mel, floor) + 4.0) / 4.0).astype(np.float32)
+
+
+def silence_value(floor: float) -> float:
+    """The scaled log-mel value of digital silence under a constant ``floor`` (above -10)."""
+    return float(scale(np.full((1, 1), np.log10(POWER_MIN)), floor)[0, 0])
 
 
 class StreamingWhisperMel:

@@ -77,10 +77,20 @@ def test_distillation_brings_the_student_nearer_the_teacher(setup: Path) -> None
     student = load_encoder(setup / "run" / "student")
     with safe_open(str(setup / "run" / "student" / "encoder.safetensors"), "pt") as f:
         meta = f.metadata()
-    assert json.loads(meta["streaming"]) == {"chunk": 4, "left_context": 16}
+    streaming = {"chunk": 4, "left_context": 16, "prime": 0, "silence": -0.75}
+    assert json.loads(meta["streaming"]) == streaming
     assert float(meta["heldout_rel_mse"]) == pytest.approx(end["rel_mse"], abs=1e-5)
     teacher = load_encoder(setup / "teacher")
     assert not torch.equal(student.layers[0].qkv.weight, teacher.layers[0].qkv.weight)
+
+
+def test_a_primed_student_distils_from_its_silence(setup: Path) -> None:
+    """With model.whisper.prime the student learns its primed states (the teacher's targets
+    are the audio's alone), and its file says so."""
+    history = _distill(setup, setup / "primed", "distill.max_steps=30", "model.whisper.prime=4")
+    assert history[-1]["rel_mse"] < 0.8 * history[0]["rel_mse"]
+    with safe_open(str(setup / "primed" / "student" / "encoder.safetensors"), "pt") as f:
+        assert json.loads(f.metadata()["streaming"])["prime"] == 4
 
 
 def test_unlabelled_audio_needs_no_text(

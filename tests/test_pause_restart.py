@@ -189,6 +189,44 @@ def test_a_session_begins_a_segment_at_each_restart_and_streaming_equals_offline
         assert finals(stream(recognizer, audio, RATE, sizes)) == offline, chunking
 
 
+def test_a_primed_stream_restarts_on_the_audios_own_states(
+    whisper_bundle: Path, two_sentences: tuple[np.ndarray, tuple[float, float]]
+) -> None:
+    """With a chunk of silence before the audio (model.whisper.prime), the restarts are
+    found on the same states of the audio as without it, the prime's own states never reach
+    the caller, and streaming still equals offline."""
+    audio, _ = two_sentences
+    plain = load_model(whisper_bundle)
+    chunk = plain.config.model.whisper.chunk
+    config = Config.load(whisper_bundle / "config.json", [f"model.whisper.prime={chunk}"])
+    primed = load_frontend(config.model, whisper_bundle)
+    assert plain.frontend is not None
+    unprimed, expected = frames(plain.frontend, audio, [len(audio)], restart=True)
+    whole, restarts = frames(primed, audio, [len(audio)], restart=True)
+    assert restarts == expected and whole.shape == unprimed.shape
+    assert not np.allclose(whole[:chunk], unprimed[:chunk], atol=1e-3)  # the prime is read
+    carried, _ = frames(primed, audio, [len(audio)], restart=False)
+    assert np.abs(carried - primed.compute(audio)).max() < 2e-3  # a float bundle: one pass
+    sizes = chunk_sizes("random", RATE, len(audio), seed=9)
+    got, found = frames(primed, audio, sizes, restart=True)
+    assert found == restarts and np.array_equal(got, whole)
+
+
+def test_a_primed_students_states_are_cached_apart(whisper_bundle: Path) -> None:
+    """Frames and the speller's examples and grids are cached under what the states depend
+    on: a prime is part of it; without one, the names are those of before primes existed."""
+    from asr.speller import states_of
+
+    chunk = load_model(whisper_bundle).config.model.whisper.chunk
+    plain, primed = (
+        load_frontend(Config.load(whisper_bundle / "config.json", extra).model, whisper_bundle)
+        for extra in ([], [f"model.whisper.prime={chunk}"])
+    )
+    assert "prime" not in plain.cache_key()
+    assert primed.cache_key() == {**plain.cache_key(), "prime": chunk}
+    assert states_of("ab12", 0) == "ab12" and states_of("ab12", chunk) == f"ab12+prime{chunk}"
+
+
 def test_restarts_need_chunks_of_whole_encoder_states(whisper_bundle: Path) -> None:
     config = Config.load(
         whisper_bundle / "config.json",

@@ -502,3 +502,38 @@ def test_the_speller_alone_is_learnt_over_the_base_student_and_read_beside_it(
     assert (tmp_path / "exp" / "dev" / "whisper_pass.txt").is_file()
     again = {c[2] if c[1] == "-m" else c[1] for c in run()}  # the data recipes resume alone
     assert again == {"training.recipes.real_audio", "training.recipes.synth_corpus"}
+
+
+@pytest.mark.parametrize("speller_only", ["1", ""])
+def test_a_primed_candidate_learns_on_primed_states(tmp_path: Path, speller_only: str) -> None:
+    """PRIME=N: the candidate bundle's config says so before its speller learns over it;
+    the whole line also distils the student and trains the LAS layers on primed states."""
+    first = real_student_recipe(tmp_path, SPELLER_ONLY=speller_only, PRIME="16")()
+    bundle = tmp_path / "exp" / "bundle"
+    setting = ["python", "-m", "training.recipes.bundle_config", f"{bundle}.tmp"]
+    (call,) = [c for c in first if c[:4] == setting]
+    assert call[4:] == ["model.whisper.prime=16"]
+    assert first.index(call) < [c[1] for c in first].index("tune-speller")
+    learners = [c for c in first if c[1] in ("distill", "train") or "training.cache_frames" in c]
+    assert len(learners) == (0 if speller_only else 6)  # 2 epochs, 2 shards of frames, 2 runs
+    assert all("model.whisper.prime=16" in c for c in learners)
+
+
+def test_bundle_config_writes_checked_settings_into_a_bundle(tmp_path: Path) -> None:
+    from asr.config import Config
+    from training.recipes.bundle_config import main as bundle_config
+
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "config.json").write_text((REPO / "models/default/config.json").read_text())
+    before = Config.load(bundle / "config.json")
+    assert bundle_config([str(bundle), "model.whisper.prime=32"]) == 0
+    after = Config.load(bundle / "config.json")
+    assert after.differences(before, ("model", "decode", "train", "distill")) == {
+        "model.whisper.prime": (32, 0)
+    }
+    assert bundle_config([str(bundle), "model.whisper.prime=8"]) == 2  # not whole chunks
+    assert bundle_config([str(bundle), "model.whisper.prim=16"]) == 2
+    assert Config.load(bundle / "config.json") == after  # a refused setting changes nothing
+    with pytest.raises(SystemExit):
+        bundle_config([str(tmp_path / "nowhere"), "model.whisper.prime=16"])

@@ -166,6 +166,37 @@ def test_whole_utterance_states_are_the_streams(teacher: WhisperEncoder) -> None
     assert torch.equal(tiny.encode_whole(mel, None), windows)  # full attention: 30 s windows
 
 
+@pytest.mark.parametrize("chunking", ["one piece", "random"])
+def test_a_primed_stream_is_its_silence_then_its_audio(chunking: str) -> None:
+    """A stream primed with two chunks of silence gives the states of a stream fed those
+    silent frames first, without them, in any chunking; so does encode_whole (one masked
+    pass, rounding only); and the prime changes what the first chunks read."""
+    torch.manual_seed(0)
+    tiny = WhisperEncoder(WhisperDims(n_mels=80, d_model=16, n_heads=2, n_layers=2, n_ctx=100))
+    tiny.eval().positions.normal_()
+    mel = torch.from_numpy(np.random.default_rng(1).standard_normal((61, 80), np.float32))
+    primed = Streaming(chunk=4, left_context=20, prime=8, silence=-0.75)
+    plain = Streaming(chunk=4, left_context=20)
+    sizes = [61] if chunking == "one piece" else [int(n) for n in (1, 7, 2, 13, 30, 8)]
+    stream, out, start = tiny.stream(primed), [], 0
+    for size in sizes:
+        out.append(stream.accept(mel[start : start + size]))
+        start += size
+    got = torch.cat([*out, stream.finish()])
+    silence = torch.full((16, 80), -0.75)
+    reference = tiny.stream(plain)
+    expected = torch.cat([reference.accept(torch.cat([silence, mel])), reference.finish()])[8:]
+    assert got.shape == (31, 16) and torch.equal(got, expected)
+    assert (tiny.encode_whole(mel, primed) - expected).abs().max() < 1e-5
+    with torch.no_grad():  # training's batched form, a shorter utterance padded beside it
+        padded = torch.stack([mel, torch.cat([mel[:40], torch.zeros(21, 80)])])
+        batch, lengths = tiny(padded, torch.tensor([61, 40]), streaming=primed)
+    assert lengths.tolist() == [31, 20] and (batch[0] - expected).abs().max() < 1e-5
+    assert (batch[1, :20] - tiny.encode_whole(mel[:40], primed)).abs().max() < 1e-5
+    unprimed = tiny.encode_whole(mel, plain)
+    assert (unprimed[:4] - expected[:4]).abs().max() > 0.1
+
+
 def test_stream_memory_is_bounded_past_the_position_table() -> None:
     """A tiny random encoder through 100 s (3.3 position tables): what a stream holds stops
     growing, and states keep coming past 30 s."""
@@ -192,6 +223,8 @@ def test_streaming_settings_are_checked(teacher: WhisperEncoder) -> None:
         teacher.stream(Streaming(chunk=100, left_context=1450))
     with pytest.raises(ValueError, match="chunk >= 1"):
         teacher.stream(Streaming(chunk=0))
+    with pytest.raises(ValueError, match="whole number of chunks"):
+        teacher.stream(Streaming(chunk=16, prime=8))
     with pytest.raises(ValueError, match="full attention covers at most 1500"):
         teacher(torch.zeros(1, 3002, 80))
 

@@ -78,6 +78,7 @@ from asr.speller import (
     check_optional_probability,
     file_sha1,
     learnt_on,
+    states_of,
 )
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
@@ -259,6 +260,8 @@ def cache_grids(
     kinds = [None] if prefix is None else [None, prefix]  # reference, then on-policy
     keys = ["" if kind is None else kind[1] for kind in kinds]
     hashes = learnt_on(bundle)
+    prime = recognizer.config.model.whisper.prime
+    hashes["student_sha1"] = states_of(hashes["student_sha1"], prime)
     paths = [
         [cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers) for k in keys]
         for e in entries

@@ -58,7 +58,7 @@ from tqdm import tqdm
 
 from asr.adapters import adapter_weights, add_adapters, averaged_adapters, restore_adapters
 from asr.config import WhisperConfig
-from asr.speller import ADAPTER_FILE, CHUNK_STATES, WAIT_KEY, student_sha1
+from asr.speller import ADAPTER_FILE, CHUNK_STATES, WAIT_KEY, states_of, student_sha1
 from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder, load_decoder
 from asr.whisper_features import SAMPLE_RATE
 from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states, token_ends
@@ -221,7 +221,8 @@ def cache_examples(
 
     assert recognizer.frontend is not None
     cache.mkdir(parents=True, exist_ok=True)
-    student = student_sha1(bundle)  # hashed once: the file is tens of MB
+    # hashed once: the file is tens of MB
+    student = states_of(student_sha1(bundle), recognizer.config.model.whisper.prime)
     paths = [cache / example_name(item, student) for item in items]
     todo = [(i, p) for i, p in zip(items, paths) if not p.is_file()]
     for item, path in tqdm(todo, desc=f"student states ({desc})", unit="utt", leave=False):

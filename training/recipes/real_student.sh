@@ -17,6 +17,9 @@
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
 #   BLEND=W      the distilled student's share of the blend (default 0.5: research record)
 #   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
+#   PRIME=N      the candidate's streams begin from N states of silence (model.whisper.prime,
+#                a whole number of chunks; research record "A stream primed with silence"):
+#                the student distils, and the speller and LAS layers learn, on primed states
 #   SPELLER_ONLY=1  the candidate keeps $BASE's student and LAS layers: only the streaming
 #                speller (adapters, policy) is learnt again, over that student, and read
 #                beside $BASE on the dev sets (about two hours from a fresh clone); $DATA's
@@ -40,6 +43,7 @@ THREADS=${THREADS:-2}
 MINUTES=${MINUTES:-90}  # about 7 epochs of the LAS layers' 27 h
 BLEND=${BLEND:-0.5}
 SPELLER_ONLY=${SPELLER_ONLY:-}
+PRIME=${PRIME:-0}
 read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
@@ -111,7 +115,7 @@ student() {  # an epoch from the bundle's student, then one from it with warp an
     "distill.train_manifests=$(cat "$MIX/train_manifests.txt")"
     distill.valid_manifest="$MIX/valid.jsonl" distill.threads="$THREADS" distill.kl_weight=1
     distill.decoder="$BASE" distill.warmup_steps=50 distill.valid_every=100
-    distill.cache_dir="$EXP/teacher" distill.epochs=1)
+    distill.cache_dir="$EXP/teacher" distill.epochs=1 model.whisper.prime="$PRIME")
   distill_student "$EXP/epoch" "$MIX" "${settings[@]}" \
     distill.init="$BASE/whisper_encoder.safetensors"
   distill_student "$EXP/student" "$MIX" "${settings[@]}" \
@@ -134,6 +138,8 @@ bundle() {  # the bundle with the new student; its speller's adapters and policy
   cp -r "$BASE"/. "$BUNDLE.tmp/"
   cp "$ENCODER" "$BUNDLE.tmp/whisper_encoder.safetensors"
   rm -f "$BUNDLE.tmp"/speller_{adapter,policy}.safetensors "$BUNDLE.tmp"/{README.md,metrics.json}
+  [ "$PRIME" = 0 ] || python -m training.recipes.bundle_config "$BUNDLE.tmp" \
+    model.whisper.prime="$PRIME"
   mv "$BUNDLE.tmp" "$BUNDLE"
 }
 
@@ -148,8 +154,9 @@ las() {  # the LAS layers on the student's states, from the bundle's weights, an
     "$MIX"/{everyday,everyday2,short}/train.jsonl --out "$run/train.jsonl"
   asr prepare merge "$DATA/dev.jsonl" "$MIX/real_dev.jsonl" "$MIX"/{everyday2,short}/dev.jsonl \
     --out "$run/dev.jsonl"
-  settings=(model.whisper.encoder="$STUDENT" train.feature_cache="$run/frames"
-    train.train_manifest="$run/train.jsonl" train.valid_manifest="$run/dev.jsonl")
+  settings=(model.whisper.encoder="$STUDENT" model.whisper.prime="$PRIME"
+    train.feature_cache="$run/frames" train.train_manifest="$run/train.jsonl"
+    train.valid_manifest="$run/dev.jsonl")
   cache_frames --config training/configs/whisper.yaml "${settings[@]}" \
     --manifest "$run/train.jsonl" "$run/dev.jsonl"
   INIT=$BASE BASELINE_INIT='' INIT_LR=0.0005 train_side_by_side "$run" \
