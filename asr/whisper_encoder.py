@@ -249,7 +249,6 @@ class EncoderStream:
         self.restarts: list[int] = []  # where it restarted, until the caller takes them
         # the prime's states come first and are dropped: ``states`` counts them, while the
         # caller's states (returned, and asked of ``restart``) count from the audio's first
-        self._unsent = streaming.prime
         if streaming.prime:
             self._add(streaming.primed(self._mel), False)
 
@@ -342,6 +341,7 @@ def encode_streams(
     """
     for stream, mel, last in zip(streams, mels, finish):
         stream._add(mel, last)
+    before = [stream.states for stream in streams]
     out: list[list[Tensor]] = [[] for _ in streams]
     while True:
         sizes: dict[int, list[int]] = {}
@@ -356,11 +356,11 @@ def encode_streams(
             for row, k in enumerate(members):
                 out[k].append(states[row])
     empty = streams[0]._mel.new_zeros(0, streams[0].encoder.dims.d_model)
-    states = [torch.cat(o) if o else empty for o in out]
-    for k, stream in enumerate(streams):  # a prime's states are the stream's own
-        dropped = min(stream._unsent, len(states[k]))
-        states[k], stream._unsent = states[k][dropped:], stream._unsent - dropped
-    return states
+    # a prime's states (the stream's first) are the stream's own
+    return [
+        torch.cat(o)[max(0, stream.streaming.prime - start) :] if o else empty
+        for o, stream, start in zip(out, streams, before)
+    ]
 
 
 def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
@@ -371,9 +371,8 @@ def _encode_chunks(streams: list[EncoderStream], n: int) -> Tensor:
     x = x * torch.stack(inside).unsqueeze(2)  # conv2's zero padding
     x = F.gelu(_conv_as_linear(x, enc.conv2, 2))
     for s in streams:
-        prime = s.streaming.prime  # restarts speak of the audio's states
-        first = s.states - prime
-        fresh = first > max(s.origin - prime, 0)
+        first = s.states - s.streaming.prime  # restarts speak of the audio's states
+        fresh = s.states > max(s.origin, s.streaming.prime)
         if s.restart is not None and fresh and s.restart(first, first + n):
             s.origin = s.states
             s.restarts.append(first)
