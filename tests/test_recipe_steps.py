@@ -374,7 +374,12 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     assert order.index("bench/real_speech.py") < order.index("pseudo-label")
     held = {str(data / "dev.jsonl"), str(data / "test_short.jsonl")}
     draws = [c for c in first if "training.recipes.synth_corpus" in c]
-    assert len(draws) == 6  # the mix's speech, two dev splits, three supplements
+    # the corpus's 12 h first (its train split was missing), then the mix's speech, two dev
+    # splits and three supplements
+    corpus = draws.pop(0)
+    assert first.index(corpus) == 0 and corpus[corpus.index("--out") + 1] == str(data)
+    assert corpus[corpus.index("--hours") + 1 :][:3] == ["12", "--seed", "5"]
+    assert len(draws) == 6
     # the larger synthetic dev split speaks nothing the layers or the speller learn from, and
     # none of the supplements' everyday text
     (synth_dev,) = [d for d in draws if d[d.index("--out") + 1].endswith("synth-dev")]
@@ -454,7 +459,9 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
         "whisper_latency.txt",
         "whisper_pass.txt",
     }
-    again = [c[2] if c[1] == "-m" else c[1] for c in run()]
+    again_calls = run()
+    again = [c[2] if c[1] == "-m" else c[1] for c in again_calls]
+    assert all(c[c.index("--out") + 1] != str(data) for c in again_calls if "--out" in c)
     for finished in ("distill", "blend-students", "pseudo-label", "training.recipes.distill_mix"):
         assert finished not in again
     assert "tune-speller" not in again and "train-speller" not in again

@@ -9,8 +9,10 @@
 # the blend's states (from the bundle's weights). The research record's "The student on real
 # speech" entries measured each choice; this is their straight line. Every step resumes:
 # rerun the script after an interruption. Each step's wall time adds up in $EXP/steps.tsv.
-#   DATA=DIR     the corpus whose held-out splits nothing here may speak (default data/live:
-#                training/recipes/whisper_model.sh's corpus step); its dev split validates
+#   DATA=DIR     the corpus whose held-out splits nothing here may speak, and whose 12 h of
+#                train speech the LAS layers read again (default data/live: drawn here as
+#                training/recipes/whisper_model.sh's corpus step draws it, where missing);
+#                its dev split validates
 #   REAL_AUDIO=DIR  the real recordings (python -m training.recipes.real_audio writes them)
 #   MIX=DIR      the mix's manifests and its synthetic speech (default data/mix)
 #   BASE=BUNDLE  the bundle the student and the layers go on from (default models/default)
@@ -56,9 +58,16 @@ ENCODER=$STUDENT/encoder.safetensors
 HELD=("$DATA"/dev.jsonl "$DATA"/test_*.jsonl "${EXCLUDE[@]}")
 UNSEEN=dev_unseen_voices  # the mix's synthetic speech's dev split by voices it leaves out
 
-held_out() {  # the corpus's held-out and dev splits, without its 12 h of train speech
-  [ -f "$DATA/dev.jsonl" ] && return
-  corpus_draw "$DATA" 0
+corpus() {  # the corpus recipe's draw, first: its held-out and dev splits, which nothing here
+  # may speak, and but for SPELLER_ONLY its 12 h of train speech, which $BASE's LAS layers
+  # learnt from and the candidate's read again, and which the larger synthetic dev split must
+  # not speak either (drawn after a corpus without them, 52 of its 400 sentences were the
+  # corpus's: research record)
+  if [ -n "$SPELLER_ONLY" ]; then
+    [ -f "$DATA/dev.jsonl" ] || corpus_draw "$DATA" 0
+  else
+    [ -s "$DATA/train.jsonl" ] || corpus_draw "$DATA" 12
+  fi
 }
 
 real_audio() {
@@ -241,7 +250,7 @@ figures() {  # the whole candidate: both streaming passes
 # The speller's adapters and policy first: they read the student alone (word ends from
 # Whisper's alignment heads), so the figures issue #40 asks of real speech come hours before
 # the LAS layers (which need the pseudo-labels, the supplements and their own training).
-[ -z "$SPELLER_ONLY" ] || timed "$steps" "held-out splits" held_out
+timed "$steps" corpus corpus
 timed "$steps" "real audio" real_audio
 timed "$steps" "synthetic speech" synthetic
 timed "$steps" mix mix
