@@ -58,7 +58,7 @@ def test_students_served_differently_and_bad_weights_are_refused(tmp_path: Path)
     other_chunk = student(
         tmp_path / "chunk8", 2, streaming=json.dumps({"chunk": 8, "left_context": 500})
     )
-    with pytest.raises(ValueError, match="not served alike .streaming"):
+    with pytest.raises(ValueError, match=r"not served alike \(chunk: \[16\] against \[8\]\)"):
         blend(start, other_chunk, 0.5, tmp_path / "out")
     with pytest.raises(ValueError, match="--weight 1.5: a share between 0 and 1"):
         blend(start, tuned, 1.5, tmp_path / "out")
@@ -70,3 +70,19 @@ def test_students_served_differently_and_bad_weights_are_refused(tmp_path: Path)
     with pytest.raises(ValueError, match="unreadable weights"):
         blend(start, tmp_path / "junk.safetensors", 0.5, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing written by a refused blend
+
+
+def test_a_primed_student_blends_with_one_written_before_primes(tmp_path: Path) -> None:
+    """A prime only says how a stream starts (the bundle's config sets it): a primed student
+    blends with the bundle's, whose metadata names no prime, as real_student.sh's PRIME=N
+    does, and the blend is recorded as served primed, as the tuned student was."""
+    primed = {"chunk": 16, "left_context": 500, "prime": 16, "silence": -0.75}
+    start = student(tmp_path / "start", 0)
+    tuned = student(tmp_path / "tuned", 1, streaming=json.dumps(primed))
+    out = blend(start, tuned, 0.5, tmp_path / "blend")
+    assert json.loads(weights_metadata(out)["streaming"]) == primed
+    other_context = student(
+        tmp_path / "context", 2, streaming=json.dumps(primed | {"left_context": 250})
+    )
+    with pytest.raises(ValueError, match=r"not served alike \(left_context: \[500\] against"):
+        blend(start, other_context, 0.5, tmp_path / "out")

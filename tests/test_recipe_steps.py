@@ -422,6 +422,7 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     served = f"blend at 0.5 of student of {tmp_path}/exp/student"
     assert (bundle / "whisper_encoder.safetensors").read_text() == served
     ceiling = next(c for c in first if c[1] == "bench/decoder_ceiling.py")
+    assert ceiling[ceiling.index("--model") + 1] == str(bundle)  # as the candidate serves them
     students = ceiling[ceiling.index("--students") + 1 : ceiling.index("--manifest")]
     assert students[1:] == [f"{tmp_path}/exp/student/student", f"{tmp_path}/exp/blend"]
     assert (bundle / "model.safetensors").read_text().startswith("model.safetensors of")

@@ -8,8 +8,8 @@ al., "Robust fine-tuning of zero-shot models", CVPR 2022): the research record's
 "The student blended with its start" measures w = 0.3, 0.5 and 0.7 on the dev sets, and at
 0.5 the blend reads real dev within 3.2 points of the tuned student, synthetic dev within
 0.3 of the start, and short utterances better than either. Both students must be one
-network served alike (same dimensions and streaming chunk); the blend keeps the tuned
-student's metadata, with its held-out figures (no longer its own) replaced by the blend's
+network served alike (same dimensions, chunk, left context and delay; a prime may differ:
+see ``served_as``); the blend keeps the tuned student's metadata, with its held-out figures (no longer its own) replaced by the blend's
 sources and weight.
 
 Example:
@@ -29,9 +29,21 @@ from asr.speller import file_sha1
 from asr.whisper_encoder import WhisperDims, load_encoder, weights_file, weights_metadata
 from training.distill import save_encoder
 
-# the metadata that describes how a student serves: blending two that differ in these
-# would give weights that match neither's masks
-SERVED_AS = (*WhisperDims.__dataclass_fields__, "streaming", "delay")
+# the streaming mask's fields: blending two students whose masks differ would give weights
+# that match neither's
+MASK = ("chunk", "left_context")
+
+
+def served_as(meta: dict[str, str]) -> dict[str, object]:
+    """What of a student's metadata its weights are bound to: its shape, its delay and its
+    streaming mask. A prime (and its silence) is left out: it only says what a stream is
+    encoded from before its audio, which the serving bundle's config sets, and the primed
+    student of ``PRIME=N bash training/recipes/real_student.sh`` is blended with the
+    bundle's, which learnt without one (students written before primes existed record
+    none)."""
+    streaming = json.loads(meta.get("streaming", "{}"))
+    shape = {k: meta.get(k) for k in (*WhisperDims.__dataclass_fields__, "delay")}
+    return shape | {k: streaming.get(k) for k in MASK}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,11 +67,12 @@ def blend(start: Path, tuned: Path, weight: float, out: Path) -> Path:
     if weights_file(out).resolve() in (start_file.resolve(), tuned_file.resolve()):
         raise ValueError(f"--out {out}: that would overwrite a student being blended")
     start_meta, tuned_meta = weights_metadata(start_file), weights_metadata(tuned_file)
-    differ = [k for k in SERVED_AS if start_meta.get(k) != tuned_meta.get(k)]
+    start_as, tuned_as = served_as(start_meta), served_as(tuned_meta)
+    differ = [k for k in start_as if start_as[k] != tuned_as[k]]
     if differ:
         raise ValueError(
             f"{start_file} and {tuned_file} are not served alike ({', '.join(differ)}: "
-            f"{[start_meta.get(k) for k in differ]} against {[tuned_meta.get(k) for k in differ]})"
+            f"{[start_as[k] for k in differ]} against {[tuned_as[k] for k in differ]})"
         )
     first, second = load_encoder(start_file), load_encoder(tuned_file)
     mixed = second.state_dict()  # its tensors are the network's: mixed in place

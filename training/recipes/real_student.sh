@@ -236,9 +236,10 @@ speller_figures() {  # Whisper's decoder reading each student whole, then the sp
   # so these are early figures, $EXP/dev/early; the last step measures the pass again
   [ -f "$MIX/dev_long.jsonl" ] || python -m training.join_utterances \
     --manifest "$DATA/dev.jsonl" --out "$MIX/dev_long.jsonl" --any-voice
-  figure "$EXP/dev/students.txt" python bench/decoder_ceiling.py --encoders-only \
-    --only-students --students "$BASE/whisper_encoder.safetensors" "$TUNED" "$STUDENT" \
-    --manifest "${DEVS[@]}" "$MIX/dev_long.jsonl"
+  # each student in the candidate's place, so read as it serves them (its prime, if any)
+  figure "$EXP/dev/students.txt" python bench/decoder_ceiling.py --model "$BUNDLE" \
+    --encoders-only --only-students --students "$BASE/whisper_encoder.safetensors" "$TUNED" \
+    "$STUDENT" --manifest "${DEVS[@]}" "$MIX/dev_long.jsonl"
   pass_figures "$EXP/dev/early" whisper whisper
 }
 
