@@ -9,8 +9,8 @@ al., "Robust fine-tuning of zero-shot models", CVPR 2022): the research record's
 0.5 the blend reads real dev within 3.2 points of the tuned student, synthetic dev within
 0.3 of the start, and short utterances better than either. Both students must be one
 network served alike (same dimensions, chunk, left context and delay; a prime may differ:
-see ``served_as``); the blend keeps the tuned student's metadata, with its held-out figures (no longer its own) replaced by the blend's
-sources and weight.
+see ``served_as``); the blend keeps the tuned student's metadata, with its held-out figures
+(no longer its own) replaced by the blend's sources and weight.
 
 Example:
   asr blend-students --start models/default/whisper_encoder.safetensors \\
@@ -87,7 +87,6 @@ def blend(start: Path, tuned: Path, weight: float, out: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     path = blend(args.start, args.tuned, args.weight, args.out)
-    print(
-        f"blend of {weights_file(args.start)} and {weights_file(args.tuned)} at {args.weight}: {path}"
-    )
+    sources = f"{weights_file(args.start)} and {weights_file(args.tuned)}"
+    print(f"blend of {sources} at {args.weight}: {path}")
     return 0
