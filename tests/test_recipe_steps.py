@@ -512,19 +512,22 @@ def test_the_speller_alone_is_learnt_over_the_base_student_and_read_beside_it(
     assert again == {"training.recipes.real_audio", "training.recipes.synth_corpus"}
 
 
-@pytest.mark.parametrize("speller_only", ["1", ""])
-def test_a_primed_candidate_learns_on_primed_states(tmp_path: Path, speller_only: str) -> None:
-    """PRIME=N: the candidate bundle's config says so before its speller learns over it;
-    the whole line also distils the student and trains the LAS layers on primed states."""
-    first = real_student_recipe(tmp_path, SPELLER_ONLY=speller_only, PRIME="16")()
+@pytest.mark.parametrize(("speller_only", "prime"), [("1", "16"), ("", "16"), ("", "0")])
+def test_a_candidates_config_carries_its_prime_and_end_pad(
+    tmp_path: Path, speller_only: str, prime: str
+) -> None:
+    """The candidate bundle's config says its prime (PRIME=N) and its end pad before its
+    speller learns over it; a primed whole line also distils the student and trains the LAS
+    layers on primed states."""
+    first = real_student_recipe(tmp_path, SPELLER_ONLY=speller_only, PRIME=prime)()
     bundle = tmp_path / "exp" / "bundle"
     setting = ["python", "-m", "training.recipes.bundle_config", f"{bundle}.tmp"]
     (call,) = [c for c in first if c[:4] == setting]
-    assert call[4:] == ["model.whisper.prime=16"]
+    assert call[4:] == [f"model.whisper.prime={prime}", "decode.end_pad_s=0.6"]
     assert first.index(call) < [c[1] for c in first].index("tune-speller")
     learners = [c for c in first if c[1] in ("distill", "train") or "training.cache_frames" in c]
     assert len(learners) == (0 if speller_only else 6)  # 2 epochs, 2 shards of frames, 2 runs
-    assert all("model.whisper.prime=16" in c for c in learners)
+    assert all(f"model.whisper.prime={prime}" in c for c in learners)
 
 
 def test_bundle_config_writes_checked_settings_into_a_bundle(tmp_path: Path) -> None:
