@@ -1,0 +1,137 @@
+"""How far the word latency benchmark's word ends are from where a voice really ends each word.
+
+``bench/word_latency.py`` times each word's end by a CTC forced alignment (the aligner
+bundle's teacher, LAS encoder and CTC head), and its docstring names a known bias: a CTC
+spike sits inside its token, so a word end read from it can be early. Kokoro-82M knows
+where it ends each word: its duration predictor gives every phoneme a whole number of
+frames, and the audio is made from them. Its int8 model (the corpus's) does not output
+them, so this probe writes a copy of it that does (the tensor the model's own frame
+expansion sums, ``DURATIONS``; kokoro-onnx turns it into phoneme times), reads new
+sentences with the corpus's Kokoro voices and speeds, and sets each word end (the end of
+its last phoneme) beside the aligner's for the same clip. A sentence whose phonemes
+group into another number of words than its transcript ("to be" read as one) is skipped.
+
+    python bench/experiments/tts_word_ends.py --aligner models/default --clips 150
+
+Prints, for the words before the last and for last words apart (the clip's trailing
+silence ends the last), the aligner's end minus Kokoro's: median, mean, 10th and 90th
+percentile, and the share within one LAS state (40 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import soxr
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from word_latency import Aligner  # noqa: E402
+
+from asr.bundle import load_model  # noqa: E402
+from training.recipes import kokoro  # noqa: E402
+from training.recipes.engines import Kokoro as KokoroEngine  # noqa: E402
+from training.recipes.sources import load_text  # noqa: E402
+
+DURATIONS = "/encoder/Gather_output_0"  # frames per token, pads included: the CumSum's input
+
+
+def timed_model_path() -> Path:
+    """A copy of the cached Kokoro model that also outputs ``duration`` (made once)."""
+    import onnx
+
+    path = kokoro.cache_dir() / "kokoro-int8-timed.onnx"
+    if not path.exists():
+        model = onnx.load(str(kokoro.model_path()))
+        model.graph.node.append(onnx.helper.make_node("Identity", [DURATIONS], ["duration"]))
+        model.graph.output.append(
+            onnx.helper.make_tensor_value_info("duration", onnx.TensorProto.INT64, None)
+        )
+        tmp = path.with_name(path.name + ".part")
+        onnx.save(model, str(tmp))
+        os.replace(tmp, path)
+    return path
+
+
+def word_ends(phonemes: list[tuple[str, float]]) -> list[float]:
+    """End (s) of each word's last sounding phoneme, from (phoneme, end) pairs in order: a
+    space closes a word, punctuation marks are not sounds."""
+    ends: list[float] = []
+    last = None
+    for phoneme, end in phonemes:
+        if phoneme == " ":
+            if last is not None:
+                ends.append(last)
+            last = None
+        elif phoneme.isalpha() or not phoneme.isascii():
+            last = end
+    return ends + ([last] if last is not None else [])
+
+
+def summary(name: str, seconds: list[float]) -> str:
+    ms = np.array(seconds) * 1000
+    return (
+        f"{name}: {len(ms)} words, aligner - Kokoro: median {np.median(ms):+.0f} ms, "
+        f"mean {ms.mean():+.0f}, p10 {np.percentile(ms, 10):+.0f}, "
+        f"p90 {np.percentile(ms, 90):+.0f}, within 40 ms {np.mean(np.abs(ms) <= 40):.0%}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--aligner", type=Path, default=ROOT / "models" / "default")
+    parser.add_argument("--clips", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--text", nargs="+", default=["austen", "fortune", "wordnet"])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    import onnxruntime
+    from kokoro_onnx import Kokoro
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(timed_model_path()), options)
+    model = Kokoro.from_session(session, str(kokoro.voices_path()))
+    aligner = Aligner.of(load_model(args.aligner))
+    engine = KokoroEngine("kokoro")
+    voices = engine.voices()
+    rng = random.Random(args.seed)
+    sentences = [s for s in load_text(args.text, args.seed) if 4 <= len(s.text.split()) <= 16]
+    rng.shuffle(sentences)
+    inner: list[float] = []
+    last: list[float] = []
+    clips = skipped = 0
+    for sentence in sentences:
+        if clips == args.clips:
+            break
+        voice = rng.choice(voices)
+        speed = engine.params(rng)["speed"]
+        audio, rate, spoken = model.create_timed(
+            sentence.spoken, kokoro.style(voice), speed=speed, lang=kokoro.accent(voice)
+        )
+        truth = word_ends([(t.phoneme, t.end) for t in spoken])
+        samples = soxr.resample(audio, rate, 16000).astype(np.float32)
+        found = aligner.word_ends(samples, sentence.text)
+        if found is None or len(truth) != len(found):
+            skipped += 1
+            continue
+        clips += 1
+        gaps = [a - b for a, b in zip(found, truth)]
+        inner += gaps[:-1]
+        last.append(gaps[-1])
+    print(f"{clips} clips read by {args.aligner}, {skipped} skipped (words grouped otherwise)")
+    print(summary("words before the last", inner))
+    print(summary("last words", last))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
