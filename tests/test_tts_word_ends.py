@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from tests.conftest import load_bench
 
 
@@ -17,3 +20,14 @@ def test_spaces_and_marks_alone_make_no_word() -> None:
     probe = load_bench("experiments/tts_word_ends")
     assert probe.word_ends([(" ", 0.1), (",", 0.2), (" ", 0.3), ("a", 0.4), (" ", 0.5)]) == [0.4]
     assert probe.word_ends([]) == []
+
+
+def test_the_audible_end_is_where_the_last_loud_frame_ends() -> None:
+    probe = load_bench("experiments/tts_word_ends")
+    rate = 16000
+    samples = np.zeros(rate, np.float32)
+    samples[1600:8000] = 0.5  # 0.1-0.5 s loud
+    samples[8000:9600] = 0.5 * 10 ** (-20 / 20)  # 0.5-0.6 s at -20 dB: audible
+    samples[9600:12800] = 0.5 * 10 ** (-40 / 20)  # 0.6-0.8 s at -40 dB: the decay
+    assert probe.audible_end(samples, rate) == pytest.approx(0.6)
+    assert probe.audible_end(samples, rate, floor_db=-50) == pytest.approx(0.8)

@@ -13,9 +13,11 @@ group into another number of words than its transcript ("to be" read as one) is 
 
     python bench/experiments/tts_word_ends.py --aligner models/default --clips 150
 
-Prints, for the words before the last and for last words apart (the clip's trailing
-silence ends the last), the aligner's end minus Kokoro's: median, mean, 10th and 90th
-percentile, and the share within one LAS state (40 ms).
+Prints, for the words before the last and for last words apart, the aligner's end minus
+Kokoro's: median, mean, 10th and 90th percentile, and the share within one LAS state
+(40 ms); and, for last words, each end minus the clip's audible end (the end of its last
+10 ms frame within ``AUDIBLE_DB`` of its loudest), which says which of the two is right
+where they differ.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from training.recipes.engines import Kokoro as KokoroEngine  # noqa: E402
 from training.recipes.sources import load_text  # noqa: E402
 
 DURATIONS = "/encoder/Gather_output_0"  # frames per token, pads included: the CumSum's input
+AUDIBLE_DB = -30.0
 
 
 def timed_model_path() -> Path:
@@ -76,10 +79,19 @@ def word_ends(phonemes: list[tuple[str, float]]) -> list[float]:
     return ends + ([last] if last is not None else [])
 
 
+def audible_end(samples: np.ndarray, rate: int = 16000, floor_db: float = AUDIBLE_DB) -> float:
+    """End (s) of the last 10 ms frame whose RMS is within ``floor_db`` of the loudest's."""
+    frame = rate // 100
+    frames = samples[: len(samples) // frame * frame].reshape(-1, frame)
+    rms = np.sqrt((frames.astype(np.float64) ** 2).mean(1))
+    loud = np.nonzero(rms >= rms.max() * 10 ** (floor_db / 20))[0]
+    return float((loud[-1] + 1) * frame / rate)
+
+
 def summary(name: str, seconds: list[float]) -> str:
     ms = np.array(seconds) * 1000
     return (
-        f"{name}: {len(ms)} words, aligner - Kokoro: median {np.median(ms):+.0f} ms, "
+        f"{name}: {len(ms)} words: median {np.median(ms):+.0f} ms, "
         f"mean {ms.mean():+.0f}, p10 {np.percentile(ms, 10):+.0f}, "
         f"p90 {np.percentile(ms, 90):+.0f}, within 40 ms {np.mean(np.abs(ms) <= 40):.0%}"
     )
@@ -108,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     rng.shuffle(sentences)
     inner: list[float] = []
     last: list[float] = []
+    kokoro_audible: list[float] = []
+    aligner_audible: list[float] = []
     clips = skipped = 0
     for sentence in sentences:
         if clips == args.clips:
@@ -127,9 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         gaps = [a - b for a, b in zip(found, truth)]
         inner += gaps[:-1]
         last.append(gaps[-1])
+        audible = audible_end(samples)
+        kokoro_audible.append(truth[-1] - audible)
+        aligner_audible.append(found[-1] - audible)
     print(f"{clips} clips read by {args.aligner}, {skipped} skipped (words grouped otherwise)")
-    print(summary("words before the last", inner))
-    print(summary("last words", last))
+    print(summary("words before the last, aligner - Kokoro", inner))
+    print(summary("last words, aligner - Kokoro", last))
+    print(summary("last words, Kokoro - audible end", kokoro_audible))
+    print(summary("last words, aligner - audible end", aligner_audible))
     return 0
 
 
