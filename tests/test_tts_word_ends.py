@@ -31,3 +31,12 @@ def test_the_audible_end_is_where_the_last_loud_frame_ends() -> None:
     samples[9600:12800] = 0.5 * 10 ** (-40 / 20)  # 0.6-0.8 s at -40 dB: the decay
     assert probe.audible_end(samples, rate) == pytest.approx(0.6)
     assert probe.audible_end(samples, rate, floor_db=-50) == pytest.approx(0.8)
+
+
+def test_the_speller_targets_time_a_word_by_its_last_token_and_marks() -> None:
+    probe = load_bench("experiments/tts_word_ends")
+    pieces = [" The", " sun", "beam", ",", " I'm", " here", "."]
+    ends = [10, 20, 25, 30, 40, 50, 55]  # states of 20 ms
+    words, seconds = probe.target_words(pieces, ends)
+    assert words == ["the", "sunbeam", "i'm", "here"]
+    assert seconds == pytest.approx([0.2, 0.6, 0.8, 1.1])

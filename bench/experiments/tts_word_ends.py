@@ -18,6 +18,12 @@ Kokoro's: median, mean, 10th and 90th percentile, and the share within one LAS s
 (40 ms); and, for last words, each end minus the clip's audible end (the end of its last
 10 ms frame within ``AUDIBLE_DB`` of its loudest), which says which of the two is right
 where they differ.
+
+With ``--heads``, also the word ends the streaming speller learns from: Whisper's greedy
+transcript of the teacher's states (numbers spelled, as ``asr tune-speller --numbers
+words`` and ``asr train-speller`` make their targets), each word ending where its last
+token ends by the alignment heads (``training.speller.word_ends``, a mark joining the
+word before it), for the clips whose transcript is the reference word for word.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 import torch
+from torch import Tensor
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -39,9 +46,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 from word_latency import Aligner  # noqa: E402
 
 from asr.bundle import load_model  # noqa: E402
+from asr.config import WhisperFinalsConfig  # noqa: E402
+from asr.frontend import STATE_SECONDS  # noqa: E402
+from asr.whisper_features import log_mel  # noqa: E402
+from asr.whisper_finals import WhisperFinals  # noqa: E402
 from training.recipes import kokoro  # noqa: E402
 from training.recipes.engines import Kokoro as KokoroEngine  # noqa: E402
 from training.recipes.sources import load_text  # noqa: E402
+from training.speller import WORD_STARTS  # noqa: E402
+from training.speller import word_ends as token_word_ends  # noqa: E402
+from training.speller_adapter import float32_finals  # noqa: E402
 
 DURATIONS = "/encoder/Gather_output_0"  # frames per token, pads included: the CumSum's input
 AUDIBLE_DB = -30.0
@@ -88,6 +102,25 @@ def audible_end(samples: np.ndarray, rate: int = 16000, floor_db: float = AUDIBL
     return float((loud[-1] + 1) * frame / rate)
 
 
+def head_word_ends(finals: WhisperFinals, states: Tensor) -> tuple[list[str], list[float]]:
+    """The words of Whisper's greedy transcript of the teacher's ``states`` and the end (s)
+    of each as the speller's targets time it (:func:`target_words`)."""
+    options = WhisperFinalsConfig(beam_size=1, numbers="words")
+    text = finals.decode(states[None], torch.tensor([len(states)]), options)[0]
+    return target_words(text.pieces, text.ends)
+
+
+def target_words(pieces: list[str], ends: list[int]) -> tuple[list[str], list[float]]:
+    """Whisper's tokens as words (lower case, letters and apostrophes; a token with a
+    leading space starts one) and each word's end (s): its last token's end in states, a
+    mark joining the word before it, as ``training.speller.word_ends`` times targets."""
+    last = token_word_ends(pieces, ends)
+    starts = [i for i, piece in enumerate(pieces) if i == 0 or piece.startswith(WORD_STARTS)]
+    joined = ["".join(pieces[a:b]) for a, b in zip(starts, starts[1:] + [len(pieces)])]
+    words = ["".join(c for c in word.lower() if c.isalpha() or c == "'") for word in joined]
+    return words, [last[a] * STATE_SECONDS for a in starts]
+
+
 def summary(name: str, seconds: list[float]) -> str:
     ms = np.array(seconds) * 1000
     return (
@@ -103,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", type=int, default=150)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--text", nargs="+", default=["austen", "fortune", "wordnet"])
+    parser.add_argument("--heads", action="store_true", help="also the speller's word ends")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     import onnxruntime
@@ -112,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(str(timed_model_path()), options)
     model = Kokoro.from_session(session, str(kokoro.voices_path()))
-    aligner = Aligner.of(load_model(args.aligner))
+    recognizer = load_model(args.aligner)
+    aligner = Aligner.of(recognizer)
+    finals = float32_finals(recognizer) if args.heads else None
     engine = KokoroEngine("kokoro")
     voices = engine.voices()
     rng = random.Random(args.seed)
@@ -122,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     last: list[float] = []
     kokoro_audible: list[float] = []
     aligner_audible: list[float] = []
+    heads_inner: list[float] = []
+    heads_last: list[float] = []
     clips = skipped = 0
     for sentence in sentences:
         if clips == args.clips:
@@ -144,11 +182,23 @@ def main(argv: list[str] | None = None) -> int:
         audible = audible_end(samples)
         kokoro_audible.append(truth[-1] - audible)
         aligner_audible.append(found[-1] - audible)
+        if finals is not None:
+            mel = torch.from_numpy(log_mel(samples, recognizer.config.model.whisper.floor))
+            with torch.no_grad():
+                words, ends = head_word_ends(finals, aligner.teacher.encode_whole(mel, None))
+            if words == sentence.text.split():
+                gaps = [a - b for a, b in zip(ends, truth)]
+                heads_inner += gaps[:-1]
+                heads_last.append(gaps[-1])
     print(f"{clips} clips read by {args.aligner}, {skipped} skipped (words grouped otherwise)")
     print(summary("words before the last, aligner - Kokoro", inner))
     print(summary("last words, aligner - Kokoro", last))
     print(summary("last words, Kokoro - audible end", kokoro_audible))
     print(summary("last words, aligner - audible end", aligner_audible))
+    if finals is not None:
+        print(f"{len(heads_last)} clips transcribed word for word by Whisper's decoder")
+        print(summary("words before the last, speller's targets - Kokoro", heads_inner))
+        print(summary("last words, speller's targets - Kokoro", heads_last))
     return 0
 
 
