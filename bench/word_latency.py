@@ -205,24 +205,33 @@ class Aligner:
         )
 
     @torch.no_grad()
-    def log_probs(self, samples: np.ndarray) -> torch.Tensor:
-        """CTC log-probs [T, V] per LAS state over the teacher's states of 16 kHz ``samples``
-        (the LAS layers run as for a two-pass final: ``Seq2Seq.encode`` from a fresh state)."""
+    def teacher_states(self, samples: np.ndarray) -> torch.Tensor:
+        """The full-attention teacher's states [T, D] of 16 kHz ``samples``."""
+        mel = torch.from_numpy(log_mel(samples, self.recognizer.config.model.whisper.floor))
+        return self.teacher.encode_whole(mel, None)
+
+    @torch.no_grad()
+    def log_probs(self, states: torch.Tensor) -> torch.Tensor:
+        """CTC log-probs [T, V] per LAS state over the teacher's ``states`` (the LAS layers
+        run as for a two-pass final: ``Seq2Seq.encode`` from a fresh state)."""
         model = self.recognizer.model
         assert model.ctc is not None
-        mel = torch.from_numpy(log_mel(samples, self.recognizer.config.model.whisper.floor))
-        states = self.teacher.encode_whole(mel, None)
         memory, lengths = model.encode(states.unsqueeze(0), torch.tensor([len(states)]))
         return model.ctc(memory[0, : int(lengths[0])]).log_softmax(-1)
 
-    def word_ends(self, samples: np.ndarray, text: str) -> list[float] | None:
+    def word_ends(
+        self, samples: np.ndarray, text: str, states: torch.Tensor | None = None
+    ) -> list[float] | None:
         """Seconds at which each word of ``text`` ends in ``samples`` (16 kHz); None when the
-        text cannot be aligned (too few states, no tokens, words and pieces disagree)."""
+        text cannot be aligned (too few states, no tokens, words and pieces disagree).
+        ``states``: the samples' teacher states, when the caller has them already."""
         tokenizer = self.recognizer.tokenizer
         tokens = tokenizer.encode(text)
         if not tokens:
             return None
-        log_probs = self.log_probs(samples)
+        if states is None:
+            states = self.teacher_states(samples)
+        log_probs = self.log_probs(states)
         if len(log_probs) == 0:
             return None
         _, last = ctc_token_spans(

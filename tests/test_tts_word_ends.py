@@ -29,8 +29,8 @@ def test_the_audible_end_is_where_the_last_loud_frame_ends() -> None:
     samples[1600:8000] = 0.5  # 0.1-0.5 s loud
     samples[8000:9600] = 0.5 * 10 ** (-20 / 20)  # 0.5-0.6 s at -20 dB: audible
     samples[9600:12800] = 0.5 * 10 ** (-40 / 20)  # 0.6-0.8 s at -40 dB: the decay
-    assert probe.audible_end(samples, rate) == pytest.approx(0.6)
-    assert probe.audible_end(samples, rate, floor_db=-50) == pytest.approx(0.8)
+    assert probe.audible_end(samples) == pytest.approx(0.6)
+    assert probe.audible_end(samples, floor_db=-50) == pytest.approx(0.8)
 
 
 def test_the_speller_targets_time_a_word_by_its_last_token_and_marks() -> None:

@@ -48,11 +48,12 @@ from word_latency import Aligner  # noqa: E402
 from asr.bundle import load_model  # noqa: E402
 from asr.config import WhisperFinalsConfig  # noqa: E402
 from asr.frontend import STATE_SECONDS  # noqa: E402
-from asr.whisper_features import log_mel  # noqa: E402
 from asr.whisper_finals import WhisperFinals  # noqa: E402
 from training.recipes import kokoro  # noqa: E402
 from training.recipes.engines import Kokoro as KokoroEngine  # noqa: E402
+from training.recipes.engines import one_thread_session  # noqa: E402
 from training.recipes.sources import load_text  # noqa: E402
+from training.recipes.synth_corpus import FRAME, RATE, loud_frames  # noqa: E402
 from training.speller import WORD_STARTS  # noqa: E402
 from training.speller import word_ends as token_word_ends  # noqa: E402
 from training.speller_adapter import float32_finals  # noqa: E402
@@ -93,13 +94,10 @@ def word_ends(phonemes: list[tuple[str, float]]) -> list[float]:
     return ends + ([last] if last is not None else [])
 
 
-def audible_end(samples: np.ndarray, rate: int = 16000, floor_db: float = AUDIBLE_DB) -> float:
-    """End (s) of the last 10 ms frame whose RMS is within ``floor_db`` of the loudest's."""
-    frame = rate // 100
-    frames = samples[: len(samples) // frame * frame].reshape(-1, frame)
-    rms = np.sqrt((frames.astype(np.float64) ** 2).mean(1))
-    loud = np.nonzero(rms >= rms.max() * 10 ** (floor_db / 20))[0]
-    return float((loud[-1] + 1) * frame / rate)
+def audible_end(samples: np.ndarray, floor_db: float = AUDIBLE_DB) -> float:
+    """End (s) of the last 10 ms frame of 16 kHz ``samples`` within ``floor_db`` of the
+    loudest's, as the corpus judges silence (``synth_corpus.loud_frames``)."""
+    return float((loud_frames(samples, floor_db)[-1] + 1) * FRAME / RATE)
 
 
 def head_word_ends(finals: WhisperFinals, states: Tensor) -> tuple[list[str], list[float]]:
@@ -139,13 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", action="store_true", help="also the speller's word ends")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    import onnxruntime
     from kokoro_onnx import Kokoro
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(str(timed_model_path()), options)
-    model = Kokoro.from_session(session, str(kokoro.voices_path()))
+    model = Kokoro.from_session(one_thread_session(timed_model_path()), str(kokoro.voices_path()))
     recognizer = load_model(args.aligner)
     aligner = Aligner.of(recognizer)
     finals = float32_finals(recognizer) if args.heads else None
@@ -171,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         truth = word_ends([(t.phoneme, t.end) for t in spoken])
         samples = soxr.resample(audio, rate, 16000).astype(np.float32)
-        found = aligner.word_ends(samples, sentence.text)
+        states = aligner.teacher_states(samples)
+        found = aligner.word_ends(samples, sentence.text, states)
         if found is None or len(truth) != len(found):
             skipped += 1
             continue
@@ -183,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         kokoro_audible.append(truth[-1] - audible)
         aligner_audible.append(found[-1] - audible)
         if finals is not None:
-            mel = torch.from_numpy(log_mel(samples, recognizer.config.model.whisper.floor))
             with torch.no_grad():
-                words, ends = head_word_ends(finals, aligner.teacher.encode_whole(mel, None))
+                words, ends = head_word_ends(finals, states)
             if words == sentence.text.split():
                 gaps = [a - b for a, b in zip(ends, truth)]
                 heads_inner += gaps[:-1]

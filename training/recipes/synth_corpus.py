@@ -303,16 +303,25 @@ def plan_corpus(
     return plan
 
 
+FRAME = RATE // 100  # 10 ms: the unit silence is judged in
+
+
+def loud_frames(x: np.ndarray, floor_db: float) -> np.ndarray:
+    """Indices of the whole 10 ms frames of ``x`` (at ``RATE``) whose RMS stands above
+    ``floor_db`` below the loudest frame's: loud relative to the clip, so one floor fits a
+    quiet engine and a loud one. ``x`` must hold at least one frame."""
+    n = len(x) // FRAME
+    energy = np.sqrt(np.mean(x[: n * FRAME].reshape(n, FRAME) ** 2, axis=1))
+    return np.flatnonzero(energy > energy.max() * 10 ** (floor_db / 20))
+
+
 def trim_silence(x: np.ndarray, keep: float = 0.15, floor_db: float = -45.0) -> np.ndarray:
     """Cut leading and trailing silence beyond `keep` seconds (engines pad generously)."""
-    frame = RATE // 100
-    n = len(x) // frame
-    if n == 0:
+    if len(x) < FRAME:
         return x
-    energy = np.sqrt(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1))
-    loud = np.flatnonzero(energy > energy.max() * 10 ** (floor_db / 20))
-    start = max(loud[0] * frame - int(keep * RATE), 0)
-    end = min((loud[-1] + 1) * frame + int(keep * RATE), len(x))
+    loud = loud_frames(x, floor_db)
+    start = max(loud[0] * FRAME - int(keep * RATE), 0)
+    end = min((loud[-1] + 1) * FRAME + int(keep * RATE), len(x))
     return x[start:end]
 
 
