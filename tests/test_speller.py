@@ -6,9 +6,11 @@ decodes offline and speaks before the audio ends."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -17,7 +19,7 @@ import torch
 
 from asr.audio import read_audio
 from asr.bundle import load_model
-from asr.frontend import Frontend
+from asr.frontend import STATE_SECONDS, Frontend
 from asr.speller import (
     AtEnd,
     AttentionGuided,
@@ -44,6 +46,7 @@ from training.speller import (
     grid,
     load_grid,
     policy_boundaries,
+    styled_reference,
 )
 
 RATE = 16000
@@ -740,3 +743,72 @@ def test_grids_follow_the_bundles_student_not_its_path(tmp_path) -> None:  # noq
     (bundle / BUNDLE_ENCODER_FILE).symlink_to(changed)
     assert run(args) == 0
     assert len(list(grids.glob("*.npz"))) == 2
+
+
+@pytest.mark.parametrize(
+    ("transcript", "reference", "target"),
+    [
+        # Whisper's misheard words give way to the reference's; its case and marks stay
+        ("Seer alpha hotel.", "sierra alpha hotel", "Sierra alpha hotel."),
+        ("Hello, Alice. How are you?", "hello alice how are you", "Hello, Alice. How are you?"),
+        ("I'm going to be careful.", "nineteen eighty three", "Nineteen eighty three."),
+        # words compared as they are scored: numerals as said, spelled letters joined
+        ("Platform 14, B.", "platform fourteen b", "Platform 14, B."),
+        ("L. W.", "l w", "L. W."),
+        ("LWN.", "l w", "LW."),
+        ("Bay fifteen acts.", "bay fifteen x", "Bay fifteen X."),
+        # the closing mark ends the text, whichever word ends it; a comma does not
+        ("Call.", "call maria", "Call maria."),
+        ("In command, command, you're in command.", "in command command", "In command, command."),
+        ("", "zero one", "Zero one"),
+        ("Hello.", "", ""),
+    ],
+)
+def test_a_reference_is_written_as_whisper_writes_the_words_it_heard_right(
+    transcript: str, reference: str, target: str
+) -> None:
+    assert styled_reference(transcript, reference) == target
+
+
+def test_spoken_manifests_targets_are_their_own_words_in_whispers_style(tmp_path: Path) -> None:
+    """``--spoken``: the grid of a clip of such a manifest says its text's words (a short one
+    the teacher misreads, "monday the sixteenth"), capitalised and closed as Whisper writes,
+    timed in order inside the clip; a clip of another manifest keeps Whisper's reading, its
+    text or none; a --spoken manifest the run does not train on is refused by name."""
+    from training.recipes.textnorm import normalize
+    from training.speller import add_arguments, run
+
+    manifests, longest = [], 0.0
+    for split, index in (("test_short", 8), ("test_seen_voices", 0)):
+        row = json.loads((HELDOUT / f"{split}.jsonl").read_text().splitlines()[index])
+        row["audio"] = str(HELDOUT / row["audio"])
+        manifests.append(tmp_path / f"{split}.jsonl")
+        manifests[-1].write_text(json.dumps(row) + "\n")
+        longest = max(longest, row["duration"])
+    assert "monday the sixteenth" in manifests[0].read_text()
+    finals = load_model(MODEL).whisper_finals()
+    assert finals is not None
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    read: dict[str, set[str]] = {}
+    for name, spoken in (("whisper", []), ("spoken", [str(manifests[0])])):
+        args = parser.parse_args(
+            ["--model", str(MODEL), "--train", *map(str, manifests), "--grids-only"]
+            + ["--cache", str(tmp_path / name), "--out", str(tmp_path / "out")]
+            + ["--numbers", "words", *(["--spoken", *spoken] if spoken else [])]
+        )
+        assert run(args) == 0
+        read[name] = set()
+        for path in (tmp_path / name).glob("*.npz"):
+            with np.load(path) as grid:
+                read[name].add(finals.vocabulary.decode(grid["tokens"].tolist()))
+                ends = grid["ends"]
+            assert (np.diff(ends) >= 0).all() and ends[-1] <= longest + STATE_SECONDS
+    assert len(read["whisper"]) == len(read["spoken"]) == 2
+    said = [text for text in read["spoken"] if normalize(text) == "monday the sixteenth"]
+    assert len(said) == 1 and said[0][0] == "M" and said[0][-1] in ".?!", read
+    assert said[0] not in read["whisper"]  # the teacher misread it
+    assert len(read["whisper"] & read["spoken"]) == 1  # the other clip: Whisper's reading
+    args.spoken = [tmp_path / "elsewhere.jsonl"]
+    with pytest.raises(ValueError, match="elsewhere.jsonl: not a manifest this run trains on"):
+        run(args)

@@ -11,6 +11,7 @@ import argparse
 import copy
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,14 @@ from asr.adapters import (
 )
 from asr.bundle import load_model
 from asr.config import WhisperConfig
+from asr.recognizer import Recognizer
 from asr.speller import ADAPTER_FILE, POLICY_FILE, WAIT_KEY, learnt_on
 from asr.whisper_decoder import LINEARS, WhisperTextDecoder
+from asr.whisper_finals import WhisperFinals
 from asr.whisper_text import NO_SPEECH
 from tests.test_bundled_model import HELDOUT, MODEL
-from training.distill import cache_teacher, cache_words
-from training.manifest import read_manifest
+from training.distill import Cached, cache_teacher, cache_words
+from training.manifest import Entry, read_manifest
 from training.speller_adapter import (
     Example,
     add_arguments,
@@ -217,28 +220,43 @@ def test_adapters_learnt_on_another_student_are_refused(tuned: Path, tmp_path: P
         recognizer.speller()
 
 
-def test_spelled_targets_say_a_number_word_by_word(tmp_path: Path) -> None:
-    """``--numbers words``: the target transcript spells a number as said (no numeral
-    token), each of its words with its own end, where Whisper's numerals end together."""
+@dataclass
+class OneClip:
+    """A held-out clip in a manifest of its own, its teacher's states cached."""
+
+    recognizer: Recognizer
+    finals: WhisperFinals
+    row: dict
+    items: list[Cached]
+    entries: dict[str, Entry]
+
+
+def one_clip(tmp_path: Path, split: str, index: int) -> OneClip:
     recognizer = load_model(MODEL)
     finals = float32_finals(recognizer)
-    row = json.loads((HELDOUT / "test_unseen_voices.jsonl").read_text().splitlines()[3])
-    assert row["text"] == "one thousand one hundred three pounds and fifty pence"
+    row = json.loads((HELDOUT / f"{split}.jsonl").read_text().splitlines()[index])
     row["audio"] = str(HELDOUT / row["audio"])
     (tmp_path / "m.jsonl").write_text(json.dumps(row) + "\n")
-    entries = read_manifest(tmp_path / "m.jsonl", require_text=False)[0]
+    entries = read_manifest(tmp_path / "m.jsonl")[0]
     cfg = WhisperConfig(
         teacher=str(MODEL / "whisper_teacher.safetensors"),
         floor=recognizer.config.model.whisper.floor,
     )
     items = cache_teacher(entries, finals.teacher, cfg, tmp_path / "teacher", "teacher")
+    return OneClip(recognizer, finals, row, items, {e.id: e for e in entries})
+
+
+def test_spelled_targets_say_a_number_word_by_word(tmp_path: Path) -> None:
+    """``--numbers words``: the target transcript spells a number as said (no numeral
+    token), each of its words with its own end, where Whisper's numerals end together."""
+    clip = one_clip(tmp_path, "test_unseen_voices", 3)
+    assert clip.row["text"] == "one thousand one hundred three pounds and fifty pence"
+    finals = clip.finals
     examples = {}
     for numbers in ("digits", "words"):
-        cache_words(items, finals, 16, "transcripts", numbers)
-        by_id = {e.id: e for e in entries}
-        states = tmp_path / "states"
+        cache_words(clip.items, finals, 16, "transcripts", numbers)
         examples[numbers] = cache_examples(
-            items, by_id, recognizer, finals, states, MODEL, numbers
+            clip.items, clip.entries, clip.recognizer, finals, tmp_path / "states", MODEL, numbers
         )[0]
     numerals = finals.vocabulary.numerals(len(finals.decoder.embed.weight))
     numeral = set(numerals.nonzero().flatten().tolist())
@@ -248,3 +266,34 @@ def test_spelled_targets_say_a_number_word_by_word(tmp_path: Path) -> None:
     assert "thousand" in spelled and "hundred" in spelled
     assert len(set(examples["words"].word_ends)) > len(set(examples["digits"].word_ends))
     assert len(list((tmp_path / "states").iterdir())) == 2  # one example per transcript
+
+
+def test_a_spoken_clips_targets_say_its_words(tmp_path: Path) -> None:
+    """A clip of a ``--spoken`` manifest: its example says its text's words (a short one the
+    teacher misreads), capitalised and closed as Whisper writes, each word's end in order
+    inside the clip, in its own cache file beside the example of Whisper's reading."""
+    from training.recipes.textnorm import normalize
+
+    clip = one_clip(tmp_path, "test_short", 8)
+    text = clip.row["text"]
+    assert text == "monday the sixteenth"
+    cache_words(clip.items, clip.finals, 16, "transcripts", "words")
+    said = {}
+    for name, spoken in (("whisper", set()), ("spoken", {clip.row["id"]})):
+        example = cache_examples(
+            clip.items,
+            clip.entries,
+            clip.recognizer,
+            clip.finals,
+            tmp_path / "states",
+            MODEL,
+            name,
+            spoken,
+        )[0]
+        said[name] = clip.finals.vocabulary.decode(example.tokens)
+        assert example.word_ends == sorted(example.word_ends)
+        assert example.word_ends[-1] <= len(example.states)
+    assert normalize(said["whisper"]) != text
+    assert normalize(said["spoken"]) == text
+    assert said["spoken"][0] == "M" and said["spoken"][-1] in ".?!"
+    assert len(list((tmp_path / "states").iterdir())) == 2

@@ -19,7 +19,16 @@ import pytest
 from training.recipes import everyday, sources
 from training.recipes.engines import ENGINES
 from training.recipes.sources import DEFAULT_TEXT, RReader, clean_pairs, load_text
-from training.recipes.textnorm import ONES, clock, digits, money, normalize, ordinal, year
+from training.recipes.textnorm import (
+    ONES,
+    clock,
+    digits,
+    join_letters,
+    money,
+    normalize,
+    ordinal,
+    year,
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +65,22 @@ def test_phone_numbers_are_read_digit_by_digit_in_groups() -> None:
         assert len(groups) >= 2 and all(g.lower().split() for g in groups)
         assert set(text.split()) <= {*ONES[:10], "oh"}
         assert 7 <= len(text.split()) <= 11
+
+
+@pytest.mark.parametrize(
+    ("words", "joined"),
+    [
+        ("m f a", "mfa"),  # spelled letters: one word, as Whisper writes them
+        ("row twelve o", "row twelve o"),  # one letter alone stays
+        ("i am a b c", "i am abc"),
+        ("a i", "a i"),  # "a" and "i" together are words
+        ("go to a b and i", "go to ab and i"),
+        ("k o x", "kox"),
+        ("", ""),
+    ],
+)
+def test_spelled_letters_join_as_they_are_scored(words: str, joined: str) -> None:
+    assert " ".join(join_letters(words.split())) == joined
 
 
 def test_spelled_letters_and_nato() -> None:

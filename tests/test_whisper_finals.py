@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from asr.audio import read_audio
 from asr.bundle import load_model
-from asr.config import Config, SessionOptions
+from asr.config import Config, SessionOptions, WhisperFinalsConfig
 from asr.frontend import STATE_SECONDS
 from asr.recognizer import Recognizer
 from asr.scoring import score
@@ -119,7 +119,7 @@ def test_bfloat16_steps_choose_as_float32_does(recognizer: Recognizer) -> None:
     silence = torch.from_numpy(log_mel(np.zeros(30 * RATE, np.float32), None))
     prompt, end = finals.vocabulary.prompt, finals.vocabulary.end
     with torch.inference_mode():
-        states, _, _ = finals._encode([mel], 0.0)
+        states, _, _ = finals.encode([mel], 0.0)
         window = finals.teacher(silence[None])[0]
         window[:, : states.shape[1]] = states
         spoken = exact.greedy(exact.memory(window), prompt, end)
@@ -173,8 +173,8 @@ def test_reduced_teacher_reads_as_float32(recognizer: Recognizer, split: str, in
     silence = torch.from_numpy(log_mel(np.zeros(30 * RATE, np.float32), None))
     vocabulary = finals.vocabulary
     with torch.inference_mode():
-        want, _, _ = exact._encode([mel], 0.0)
-        got, _, _ = finals._encode([mel], 0.0)
+        want, _, _ = exact.encode([mel], 0.0)
+        got, _, _ = finals.encode([mel], 0.0)
         assert float((got - want).norm() / want.norm()) < 0.05
         cosine = F.cosine_similarity(got[0], want[0], dim=-1)
         assert float(cosine.quantile(0.01)) > 0.99
@@ -401,6 +401,28 @@ def test_two_pass_finals_through_asr_transcribe() -> None:
     words = sum(len(r.split()) for r in refs)
     assert rates["--two-pass"] <= with_three_deviations(0.1575, words), rates
     assert rates["--two-pass"] < rates["--no-two-pass"], rates
+
+
+def test_aligning_the_decoders_own_reading_times_it_as_the_final_did(
+    recognizer: Recognizer,
+) -> None:
+    """``WhisperFinals.align`` times any tokens, teacher-forced, by the alignment heads: given
+    the decoder's own greedy reading of a segment, the times its final gave, within a state
+    (a step at a time against one pass: sums in another order); and the vocabulary's
+    ``encode`` writes the text again, its first word with a space as the decoder's."""
+    finals = recognizer.whisper_finals()
+    assert finals is not None
+    options = WhisperFinalsConfig(beam_size=1, window_s=0.0)
+    for row in rows("test_seen_voices")[:3]:
+        mel = torch.from_numpy(log_mel(audio(row), -7.0))
+        states, lengths, spoken = finals.encode([mel], 0.0)
+        text = finals.decode(states, lengths, options, spoken)[0]
+        assert len(text.tokens) > 3
+        ends = finals.align(states[0, : int(spoken[0])], text.tokens)
+        assert ends == pytest.approx(text.ends, abs=1)
+        encoded = finals.vocabulary.encode(text.text)  # BPE's own pieces: not always the
+        assert finals.vocabulary.decode(encoded) == text.text  # decoder's, the same text
+        assert finals.vocabulary.pieces(encoded)[0].startswith(" ")
 
 
 def test_final_token_times_are_ordered_and_inside_the_segment(recognizer: Recognizer) -> None:

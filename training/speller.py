@@ -9,7 +9,9 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
    finals write it; with ``--numbers words``, numbers spelled as said, as the speller
    writes them while its segment is open: a numeral waits for its number's end, a spelled
    number's words each for their own), with each token's end from the alignment heads
-   over the whole memory (``asr.whisper_finals.token_ends``, as the finals time tokens). Reference boundaries:
+   over the whole memory (``asr.whisper_finals.token_ends``, as the finals time tokens); for
+   a clip of a ``--spoken`` manifest, its own text's words instead (:func:`styled_reference`),
+   timed by the same heads teacher-forced on them (``WhisperFinals.align``). Reference boundaries:
    r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
    and boundary b_j: the decoder's final-layer state s(i, j) at the position that predicts
@@ -50,6 +52,7 @@ import random
 import time
 import typing
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,12 +86,16 @@ from asr.speller import (
 from asr.whisper_decoder import DecoderLayer, Memory, WhisperTextDecoder
 from asr.whisper_features import SAMPLE_RATE
 from asr.whisper_finals import silent_states
+from asr.whisper_text import WhisperVocabulary
+from training.recipes.textnorm import letter_runs, normalize
 
 if TYPE_CHECKING:
     from asr.recognizer import Recognizer
     from training.manifest import Entry
 
 WORD_STARTS = (" ",)  # a Whisper token that starts a word
+TARGETS = ("whisper", "reference")  # --targets
+LETTERS = frozenset("bcdefghijklmnopqrstuvwxyz")  # one-letter words written upper case
 
 
 def add_numbers_option(parser: argparse.ArgumentParser, targets: str) -> None:
@@ -100,6 +107,87 @@ def add_numbers_option(parser: argparse.ArgumentParser, targets: str) -> None:
         help=f"how {targets} write numbers: as Whisper does, or spelled as said (as the "
         "speller writes them while a segment is open)",
     )
+
+
+def add_spoken_option(parser: argparse.ArgumentParser, targets: str) -> None:
+    """``--spoken``, as both of the speller's trainings take it."""
+    parser.add_argument(
+        "--spoken",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="MANIFEST",
+        help=f"manifests (of --train) whose text is what their clips say, word for word (the "
+        f"synthetic speech's: what its voices were given): {targets} say those words, "
+        "written as Whisper's reading writes the words it heard right; every other clip's "
+        "are Whisper's reading (a package's script is not always what its actors said)",
+    )
+
+
+def spoken_ids(spoken: list[Path], given: list[Path]) -> set[str]:
+    """The ids of the clips of the ``--spoken`` manifests, each of which must be ``given``
+    (a manifest trained on): their targets are their own text."""
+    from training.manifest import read_manifest
+
+    for manifest in spoken:
+        if manifest not in given:
+            raise ValueError(f"--spoken {manifest}: not a manifest this run trains on")
+    return {entry.id for manifest in spoken for entry in read_manifest(manifest)[0]}
+
+
+def styled_reference(transcript: str, reference: str) -> str:
+    """``reference``'s words written as Whisper's ``transcript`` of the same clip writes
+    them where the two agree (case, marks, numerals), so that a target taught from the
+    reference differs from Whisper's own style only in the words Whisper got wrong: those
+    are the reference's, lower case, letters upper case and spelled ones joined ("l w" ->
+    "LW", as Whisper writes them), the first word capitalised and Whisper's closing mark at the
+    end. Words are compared as they are scored: normalised, spelled letters joined."""
+    surface = transcript.split()
+    mark = surface[-1][-1] if surface and surface[-1][-1] in ".?!" else ""
+    if mark:  # the closing mark goes where the text ends, whichever word ends it
+        surface[-1] = surface[-1][:-1]
+    heard = _keys([(key, i) for i, word in enumerate(surface) for key in normalize(word).split()])
+    said = _keys([(key, j) for j, key in enumerate(normalize(reference).split())])
+    matcher = SequenceMatcher(None, [k for k, _ in heard], [k for k, _ in said], autojunk=False)
+    match = {}
+    for block in matcher.get_matching_blocks():
+        match.update({block.b + t: block.a + t for t in range(block.size)})
+    owned = [0] * len(surface)  # per surface word: its keys, and those matched
+    kept = [0] * len(surface)
+    for k, (_, words) in enumerate(heard):
+        for w in words:
+            owned[w] += 1
+            kept[w] += k in match.values()
+    out: list[str] = []
+    written: set[int] = set()
+    for j, (key, spelled) in enumerate(said):
+        words = heard[match[j]][1] if j in match else ()
+        if words and all(owned[w] == kept[w] for w in words):
+            out += [surface[w] for w in sorted(words) if w not in written and surface[w]]
+            written.update(words)
+        else:
+            out.append(key.upper() if len(spelled) > 1 or key in LETTERS else key)
+    if not out:
+        return ""
+    out[0] = out[0][0].upper() + out[0][1:]
+    return " ".join(out).rstrip(",;:") + mark
+
+
+def reference_tokens(vocabulary: WhisperVocabulary, tokens: list[int], reference: str) -> list[int]:
+    """The targets of a clip Whisper's decoder read as ``tokens``: its ``reference`` styled
+    as that reading (:func:`styled_reference`), or the reading itself without one."""
+    styled = styled_reference(vocabulary.decode(tokens), reference) if reference.strip() else ""
+    return vocabulary.encode(styled) if styled else tokens
+
+
+def _keys(words: list[tuple[str, int]]) -> list[tuple[str, tuple[int, ...]]]:
+    """Normalised words with the indices they came from, each spelled-letter run joined
+    into one word that came from all of its letters'."""
+    keys = [(key, (i,)) for key, i in words]
+    for start, end in reversed(letter_runs([key for key, _ in words])):
+        joined = "".join(key for key, _ in keys[start:end])
+        keys[start:end] = [(joined, tuple(i for _, (i,) in keys[start:end]))]
+    return keys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +233,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(0: the threshold)",
     )
     add_numbers_option(parser, "the grids' targets")
+    add_spoken_option(parser, "the grids' targets")
     parser.add_argument(
         "--prefix-policy",
         type=Path,
@@ -174,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--likelihood-cap must be in (0, 1], got {args.likelihood_cap}")
     entries = []
     for manifest in args.train:
-        # the grids read Whisper's own transcript: a clip needs no text
+        # the grids read Whisper's own transcript: a clip needs no text (but --spoken's)
         rows = read_manifest(manifest, require_text=False)[0]
         found = [e for e in rows if (e.duration or 0) <= args.max_seconds]
         random.Random(args.seed).shuffle(found)
@@ -191,7 +280,16 @@ def run(args: argparse.Namespace) -> int:
     if args.prefix_policy is not None:
         policy = Learnt.load(args.prefix_policy, learnt_on=learnt_on(args.model))
         prefix = (policy, file_sha1(args.prefix_policy))
-    paths = cache_grids(entries, recognizer, model, args.cache, args.model, prefix, args.numbers)
+    paths = cache_grids(
+        entries,
+        recognizer,
+        model,
+        args.cache,
+        args.model,
+        prefix,
+        args.numbers,
+        spoken_ids(args.spoken, args.train),
+    )
     if args.grids_only:
         return 0
     grids = [g for g in map(load_grid, paths) if g is not None]
@@ -209,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
         "first_threshold": str(args.first_threshold),
         "likelihood_cap": str(args.likelihood_cap),
         "numbers": args.numbers,
+        "spoken": " ".join(map(str, args.spoken)),
     }
     trainer.fit(args.epochs, resume=args.resume)
     return 0
@@ -224,10 +323,12 @@ def grid_name(
     bundle: dict[str, str],
     prefix: str = "",
     numbers: Numbers = "digits",
+    spoken: bool = False,
 ) -> str:
     """The cache file of an entry's grid under ``bundle`` (:func:`learnt_on`: its student's
     and adapters' hashes, so that a bundle whose student or adapters changed in place does
-    not read the grids of the old ones)."""
+    not read the grids of the old ones), for its targets so written (``spoken``: its own
+    text's words)."""
     fields: list[object] = [
         entry_audio,
         offset,
@@ -236,6 +337,7 @@ def grid_name(
         bundle["adapter_sha1"],
     ]
     fields += ["numbers=words"] if numbers == "words" else []
+    fields += ["spoken"] if spoken else []
     key = json.dumps(fields + [prefix] if prefix else fields)
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
@@ -248,9 +350,12 @@ def cache_grids(
     bundle: Path,
     prefix: tuple[Policy, str] | None = None,
     numbers: Numbers = "digits",
+    spoken: frozenset[str] | set[str] = frozenset(),
 ) -> list[Path]:
     """Each entry's grid (an empty file: no sure transcript), computed where missing, its
-    targets' ``numbers`` so written; with ``prefix`` (a policy and its file's hash), each
+    targets' ``numbers`` so written, and for the entries whose ids are ``spoken`` their own
+    text's words (:func:`reference_tokens`, timed by the alignment heads as the decoder's
+    own reading is); with ``prefix`` (a policy and its file's hash), each
     entry's on-policy grid too, its earlier tokens read where that policy lets them out
     (:func:`policy_boundaries`): both from one pass of the student and one teacher's
     transcript per clip."""
@@ -263,7 +368,10 @@ def cache_grids(
     prime = recognizer.config.model.whisper.prime
     hashes["student_sha1"] = states_of(hashes["student_sha1"], prime)
     paths = [
-        [cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers) for k in keys]
+        [
+            cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers, e.id in spoken)
+            for k in keys
+        ]
         for e in entries
     ]
     todo = [(e, ps) for e, ps in zip(entries, paths) if not all(p.is_file() for p in ps)]
@@ -276,25 +384,30 @@ def cache_grids(
         except ValueError as err:
             tqdm.write(f"skipping {entry.id}: {err}")
             samples = np.zeros(0, np.float32)
-        text = None
+        found = None  # the targets and their ends, where the teacher's reading is sure
         if len(samples) > SAMPLE_RATE // 4:
             stream = recognizer.frontend.stream()
             stream.keep = True  # the log-mel frames, for the teacher's transcript
             states = torch.from_numpy(np.concatenate([stream.accept(samples), stream.finish()]))
             mel = stream.mel_between(0, 1 << 30)
-            text = finals.transcribe([mel], options)[0]
-            if not text.tokens or text.fallback or len(states) < 2:
-                text = None
+            teacher, lengths, own = finals.encode([mel], options.window_s)
+            text = finals.decode(teacher, lengths, options, own)[0]
+            if text.tokens and not text.fallback and len(states) >= 2:
+                found = text.tokens, text.ends
+                if entry.id in spoken:
+                    tokens = reference_tokens(finals.vocabulary, text.tokens, entry.text)
+                    found = tokens, finals.align(teacher[0, : int(own[0])], tokens)
         for kind, path in zip(kinds, clip_paths):
             if path.is_file():
                 continue
             fields = {}
-            if text is not None:
+            if found is not None:
+                tokens, ends = found
                 duration = len(samples) / SAMPLE_RATE
                 refs = None
                 if kind is not None:
-                    refs = policy_boundaries(model, kind[0], states, text.tokens)
-                fields = grid(model, states, text.tokens, text.ends, duration, refs)
+                    refs = policy_boundaries(model, kind[0], states, tokens)
+                fields = grid(model, states, tokens, ends, duration, refs)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             with open(tmp, "wb") as f:
                 np.savez(f, **fields)

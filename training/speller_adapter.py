@@ -22,6 +22,10 @@ tokens): no text is needed, so the real English of the packages teaches it as we
 synthetic corpus. With ``--numbers words`` the transcript spells numbers as said (its
 numerals suppressed), as the speller writes them while a segment is open: a number then
 comes word by word in the targets too, where with numerals it waited for its last digit.
+Whisper misreads some clips, short ones most ("monday the sixteenth" as "on the other
+side"), and its reading teaches the misreading; ``--spoken`` names the manifests whose text
+is what their clips say (the synthetic speech's), whose targets are then those words,
+written as Whisper's reading writes the words it heard right and timed the same way.
 The teacher's states and transcripts are those ``asr distill`` caches (``--teacher-cache``:
 shared with it); the student's states and word ends are cached in ``--cache``. Raffel et
 al.'s monotonic policy still decides when a token is spoken; the bundle's learnt policy
@@ -59,12 +63,18 @@ from tqdm import tqdm
 from asr.adapters import adapter_weights, add_adapters, averaged_adapters, restore_adapters
 from asr.config import WhisperConfig
 from asr.speller import ADAPTER_FILE, CHUNK_STATES, WAIT_KEY, states_of, student_sha1
-from asr.whisper_decoder import LINEARS, DecoderCache, WhisperTextDecoder, load_decoder
+from asr.whisper_decoder import LINEARS, WhisperTextDecoder, load_decoder
 from asr.whisper_features import SAMPLE_RATE
-from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states, token_ends
+from asr.whisper_finals import STATES_PER_WINDOW, WhisperFinals, silent_states
 from asr.whisper_text import NO_SPEECH, WhisperVocabulary
 from training.distill import Cached, cache_teacher, cache_words, english
-from training.speller import add_numbers_option, word_ends
+from training.speller import (
+    add_numbers_option,
+    add_spoken_option,
+    reference_tokens,
+    spoken_ids,
+    word_ends,
+)
 from training.train import StopSignals, configure_cpu, lr_factor
 
 WAITS = ("end", "no-speech")  # --wait: the token a cut memory's target ends with
@@ -94,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "no-speech token (never written)",
     )
     add_numbers_option(parser, "the targets")
+    add_spoken_option(parser, "the targets")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--warmup", type=int, default=50, help="steps")
@@ -136,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             found += rows[: args.limit or None]
         return found
 
+    spoken = spoken_ids(args.spoken, [*args.train, args.valid])
     valid_entries = clips([args.valid])
     held_out = {e.audio for e in valid_entries}
     train_entries = [e for e in clips(args.train) if e.audio not in held_out]
@@ -151,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
         cache_words(cached, finals, 16, f"teacher transcripts ({name})", args.numbers)
         by_id = {e.id: e for e in entries}
         heard = [c for c in cached if c.words is not None]
-        sets.append(cache_examples(heard, by_id, recognizer, finals, args.cache, args.model, name))
+        sets.append(
+            cache_examples(heard, by_id, recognizer, finals, args.cache, args.model, name, spoken)
+        )
     train, valid = sets
     if not train or not valid:
         raise ValueError(
@@ -163,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         "student_sha1": student_sha1(args.model),
         "rank": str(args.rank),
         "numbers": args.numbers,
+        "spoken": " ".join(map(str, args.spoken)),
         "whole_share": str(args.whole_share),
         "epochs": str(args.epochs),
     }
@@ -198,11 +213,12 @@ class Example:
     word_ends: list[int]
 
 
-def example_name(item: Cached, student: str) -> str:
+def example_name(item: Cached, student: str, spoken: bool = False) -> str:
     """The cache file of ``item``'s example under the student of SHA-1 ``student``, for the
-    transcript it has (its numbers as Whisper writes them, or spelled)."""
+    transcript it has (its numbers as Whisper writes them, or spelled; ``spoken``: its own
+    text's words instead)."""
     assert item.words is not None
-    key = json.dumps([item.words.name, student])
+    key = json.dumps([item.words.name, student] + (["spoken"] if spoken else []))
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
 
@@ -214,27 +230,32 @@ def cache_examples(
     cache: Path,
     bundle: Path,
     desc: str,
+    spoken: frozenset[str] | set[str] = frozenset(),
 ) -> list[Example]:
     """Each transcribed clip's example, computed once: the student's states as a session
-    gets them, and the word ends from the alignment heads over the teacher's states."""
+    gets them, the targets (Whisper's transcript, or for a clip whose id is ``spoken`` its
+    own text styled as it: ``training.speller.reference_tokens``), and their word ends
+    from the alignment heads over the teacher's states."""
     from training.dataset import entry_audio
 
     assert recognizer.frontend is not None
     cache.mkdir(parents=True, exist_ok=True)
     # hashed once: the file is tens of MB
     student = states_of(student_sha1(bundle), recognizer.config.model.whisper.prime)
-    paths = [cache / example_name(item, student) for item in items]
+    paths = [cache / example_name(item, student, item.id in spoken) for item in items]
     todo = [(i, p) for i, p in zip(items, paths) if not p.is_file()]
     for item, path in tqdm(todo, desc=f"student states ({desc})", unit="utt", leave=False):
         assert item.words is not None
         with np.load(item.words) as data:
             tokens = data["tokens"].tolist()
+        if item.id in spoken:
+            tokens = reference_tokens(finals.vocabulary, tokens, entries[item.id].text)
         with np.load(item.path) as data:
             teacher = torch.from_numpy(data["teacher"].astype(np.float32))
         stream = recognizer.frontend.stream()
         samples = entry_audio(entries[item.id], SAMPLE_RATE)
         states = np.concatenate([stream.accept(samples), stream.finish()])
-        ends = alignment_ends(finals, teacher, tokens)
+        ends = finals.align(teacher, tokens)
         pieces = finals.vocabulary.pieces(tokens)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
@@ -254,19 +275,6 @@ def cache_examples(
                 examples.append(Example(states, tokens, ends))
     print(f"{desc}: {len(examples)} clips with the student's states and word ends in {cache}")
     return examples
-
-
-@torch.no_grad()
-def alignment_ends(finals: WhisperFinals, teacher: Tensor, tokens: list[int]) -> list[int]:
-    """Each token's end (states) from the alignment heads, the decoder teacher-forced on
-    ``tokens`` over the teacher's states [S, d] (as the finals time their tokens)."""
-    prompt = finals.vocabulary.prompt
-    memory, mask = finals.memory(teacher[None], torch.tensor([len(teacher)]), True)
-    sequence = torch.tensor([[*prompt, *tokens]])
-    heads = finals.rules.alignment_heads
-    _, _, scores = finals.decoder.step(sequence, DecoderCache([], memory, mask), scores_of=heads)
-    assert scores is not None
-    return token_ends(scores[0, :, len(prompt) - 1 :, : len(teacher)])
 
 
 def prefix_target(example: Example, cut: int | None, end: int, wait: int) -> list[int]:

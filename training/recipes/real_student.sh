@@ -19,6 +19,9 @@
 #   EXCLUDE="M..."  manifests whose sentences the synthetic speech must not speak either
 #   BLEND=W      the distilled student's share of the blend (default 0.5: research record)
 #   THREADS, MINUTES  threads of the distillation and the speller, the LAS layers' budget
+#   SPOKEN=1     the speller's adapters and policy learn the synthetic speech's own words
+#                (asr tune-speller --spoken), not Whisper's reading of it (the real
+#                English, whose scripts are not always what was said, keeps Whisper's)
 #   PRIME=N      the candidate's streams begin from N states of silence (model.whisper.prime,
 #                a whole number of chunks; research record "A stream primed with silence"):
 #                the student distils, and the speller and LAS layers learn, on primed states
@@ -46,6 +49,7 @@ MINUTES=${MINUTES:-90}  # about 7 epochs of the LAS layers' 27 h
 BLEND=${BLEND:-0.5}
 SPELLER_ONLY=${SPELLER_ONLY:-}
 PRIME=${PRIME:-0}
+SPOKEN=${SPOKEN:-}
 read -r -a EXCLUDE <<< "${EXCLUDE:-}"
 mkdir -p "$EXP"
 steps=$EXP/steps.tsv
@@ -186,7 +190,8 @@ adapters() {  # Whisper's decoder taught to wait on this student's states, half 
     "$MIX/synth-11k/manifest.jsonl" "$MIX/long/real_en_long.jsonl" "$MIX/long/synth_long.jsonl" \
     --limit 1200 --valid "$MIX/valid.jsonl" --teacher-cache "$EXP/teacher" \
     --cache "$EXP/speller-states" --out "$run" --epochs 2 --valid-every 100 --whole-share 0.5 \
-    --numbers words --threads "$THREADS" $(resume_flag "$run")
+    --numbers words --threads "$THREADS" $(resume_flag "$run") \
+    ${SPOKEN:+--spoken "$MIX/synth-11k/manifest.jsonl" "$MIX/long/synth_long.jsonl"}
   cp "$run/speller_adapter.safetensors" "$BUNDLE/"
 }
 
@@ -198,7 +203,7 @@ policy() {  # the monotonic policy over the adapted decoder, as the shipped one 
   asr train-speller --model "$BUNDLE" --train "$MIX/synth-11k/manifest.jsonl" \
     "$MIX/real_en.jsonl" --limit 400 --cache "$EXP/speller-grids" --out "$run" --numbers words \
     --likelihood-cap 0.5 --latency-weight 0.25 --epochs 50 --agreement 2 --patience 32 \
-    $(resume_flag "$run")
+    $(resume_flag "$run") ${SPOKEN:+--spoken "$MIX/synth-11k/manifest.jsonl"}
   cp "$run/speller_policy.safetensors" "$BUNDLE/"
 }
 

@@ -174,6 +174,30 @@ def normalize(text: str) -> str:
     return transcript(spell_out(text))
 
 
+def letter_runs(words: list[str]) -> list[tuple[int, int]]:
+    """The (start, end) spans of ``words`` that spell letters: runs of two or more
+    one-letter words, not all of them "a" or "i" (which stand alone as words)."""
+    spans = []
+    start = 0
+    for end, word in enumerate([*words, ""]):
+        if len(word) == 1:
+            continue
+        run = words[start:end]
+        if len(run) > 1 and any(w not in "ai" for w in run):
+            spans.append((start, end))
+        start = end + 1
+    return spans
+
+
+def join_letters(words: list[str]) -> list[str]:
+    """``words`` with each spelled-letter run joined into one ("m f a" = "mfa", as Whisper
+    writes it)."""
+    out = list(words)
+    for start, end in reversed(letter_runs(words)):
+        out[start:end] = ["".join(words[start:end])]
+    return out
+
+
 BLOCKLIST = frozenset(
     """
     fuck fucking fucked shit shitty bitch bastard cunt dick cock pussy whore slut tits
