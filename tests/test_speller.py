@@ -774,7 +774,7 @@ def test_spoken_manifests_targets_are_their_own_words_in_whispers_style(tmp_path
     """``--spoken``: the grid of a clip of such a manifest says its text's words (a short one
     the teacher misreads, "monday the sixteenth"), capitalised and closed as Whisper writes,
     timed in order inside the clip; a clip of another manifest keeps Whisper's reading, its
-    text or none; a --spoken manifest the run does not train on is refused by name."""
+    text or none; a --spoken manifest of none of the run's clips is refused by name."""
     from training.recipes.textnorm import normalize
     from training.speller import add_arguments, run
 
@@ -809,6 +809,9 @@ def test_spoken_manifests_targets_are_their_own_words_in_whispers_style(tmp_path
     assert len(said) == 1 and said[0][0] == "M" and said[0][-1] in ".?!", read
     assert said[0] not in read["whisper"]  # the teacher misread it
     assert len(read["whisper"] & read["spoken"]) == 1  # the other clip: Whisper's reading
-    args.spoken = [tmp_path / "elsewhere.jsonl"]
-    with pytest.raises(ValueError, match="elsewhere.jsonl: not a manifest this run trains on"):
+    other = json.loads((HELDOUT / "test_unseen_voices.jsonl").read_text().splitlines()[0])
+    other["audio"] = str(HELDOUT / other["audio"])
+    args.spoken = [tmp_path / "elsewhere.jsonl"]  # a clip the run does not read
+    args.spoken[0].write_text(json.dumps(other) + "\n")
+    with pytest.raises(ValueError, match="elsewhere.jsonl: none of its clips is among this run's"):
         run(args)

@@ -117,22 +117,28 @@ def add_spoken_option(parser: argparse.ArgumentParser, targets: str) -> None:
         nargs="+",
         default=[],
         metavar="MANIFEST",
-        help=f"manifests (of --train) whose text is what their clips say, word for word (the "
+        help=f"manifests (of --train, or within one) whose text is what their clips say, word "
+        "for word (the "
         f"synthetic speech's: what its voices were given): {targets} say those words, "
         "written as Whisper's reading writes the words it heard right; every other clip's "
         "are Whisper's reading (a package's script is not always what its actors said)",
     )
 
 
-def spoken_ids(spoken: list[Path], given: list[Path]) -> set[str]:
-    """The ids of the clips of the ``--spoken`` manifests, each of which must be ``given``
-    (a manifest trained on): their targets are their own text."""
+def spoken_ids(spoken: list[Path], entries: list[Entry]) -> set[str]:
+    """The ids of the clips of the ``--spoken`` manifests: their targets are their own text.
+    Each manifest must hold clips of the run's ``entries`` (itself, or a part of a merged
+    one: a dev split inside a validation set), else naming it did nothing."""
     from training.manifest import read_manifest
 
+    ids = {entry.id for entry in entries}
+    found = set()
     for manifest in spoken:
-        if manifest not in given:
-            raise ValueError(f"--spoken {manifest}: not a manifest this run trains on")
-    return {entry.id for manifest in spoken for entry in read_manifest(manifest)[0]}
+        own = {entry.id for entry in read_manifest(manifest)[0]}
+        if not own & ids:
+            raise ValueError(f"--spoken {manifest}: none of its clips is among this run's")
+        found |= own
+    return found & ids
 
 
 def styled_reference(transcript: str, reference: str) -> str:
@@ -288,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         prefix,
         args.numbers,
-        spoken_ids(args.spoken, args.train),
+        spoken_ids(args.spoken, entries),
     )
     if args.grids_only:
         return 0

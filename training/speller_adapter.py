@@ -147,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
             found += rows[: args.limit or None]
         return found
 
-    spoken = spoken_ids(args.spoken, [*args.train, args.valid])
     valid_entries = clips([args.valid])
     held_out = {e.audio for e in valid_entries}
     train_entries = [e for e in clips(args.train) if e.audio not in held_out]
+    spoken = spoken_ids(args.spoken, train_entries + valid_entries)
     cfg = WhisperConfig(
         teacher=str(args.model / "whisper_teacher.safetensors"),
         floor=recognizer.config.model.whisper.floor,

@@ -191,7 +191,8 @@ adapters() {  # Whisper's decoder taught to wait on this student's states, half 
     --limit 1200 --valid "$MIX/valid.jsonl" --teacher-cache "$EXP/teacher" \
     --cache "$EXP/speller-states" --out "$run" --epochs 2 --valid-every 100 --whole-share 0.5 \
     --numbers words --threads "$THREADS" $(resume_flag "$run") \
-    ${SPOKEN:+--spoken "$MIX/synth-11k/manifest.jsonl" "$MIX/long/synth_long.jsonl"}
+    ${SPOKEN:+--spoken "$MIX/synth-11k/manifest.jsonl" "$MIX/long/synth_long.jsonl" \
+      "$DATA/dev.jsonl"}
   cp "$run/speller_adapter.safetensors" "$BUNDLE/"
 }
 
