@@ -94,7 +94,6 @@ if TYPE_CHECKING:
     from training.manifest import Entry
 
 WORD_STARTS = (" ",)  # a Whisper token that starts a word
-TARGETS = ("whisper", "reference")  # --targets
 LETTERS = frozenset("bcdefghijklmnopqrstuvwxyz")  # one-letter words written upper case
 
 
@@ -117,11 +116,11 @@ def add_spoken_option(parser: argparse.ArgumentParser, targets: str) -> None:
         nargs="+",
         default=[],
         metavar="MANIFEST",
-        help=f"manifests (of --train, or within one) whose text is what their clips say, word "
-        "for word (the "
-        f"synthetic speech's: what its voices were given): {targets} say those words, "
-        "written as Whisper's reading writes the words it heard right; every other clip's "
-        "are Whisper's reading (a package's script is not always what its actors said)",
+        help=f"manifests (of --train, or within one) whose text is what their clips say, "
+        f"word for word (the synthetic speech's: what its voices were given): {targets} say "
+        "those words, written as Whisper's reading writes the words it heard right; every "
+        "other clip's are Whisper's reading (a package's script is not always what its "
+        "actors said)",
     )
 
 
@@ -158,12 +157,13 @@ def styled_reference(transcript: str, reference: str) -> str:
     match = {}
     for block in matcher.get_matching_blocks():
         match.update({block.b + t: block.a + t for t in range(block.size)})
+    matched = set(match.values())
     owned = [0] * len(surface)  # per surface word: its keys, and those matched
     kept = [0] * len(surface)
     for k, (_, words) in enumerate(heard):
         for w in words:
             owned[w] += 1
-            kept[w] += k in match.values()
+            kept[w] += k in matched
     out: list[str] = []
     written: set[int] = set()
     for j, (key, spelled) in enumerate(said):
