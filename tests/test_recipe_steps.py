@@ -284,6 +284,8 @@ def write(path, text="x"):
 if what == "training.recipes.synth_corpus":
     write(out / "train.jsonl")
     write(out / "dev.jsonl")
+    hours = float(args[args.index("--hours") + 1])
+    write(out / "plan.json", '{\\n "hours": %s,\\n "seed": 5\\n}' % hours)
 elif what == "training.recipes.distill_mix":
     write(out / "train_manifests.txt", f"[{out}/real_en.jsonl,{out}/synth-11k/manifest.jsonl]")
 elif what in ("pseudo-label", "merge"):
@@ -462,7 +464,11 @@ def test_the_real_student_recipe_runs_in_order_keeps_held_out_sentences_out_and_
     }
     again_calls = run()
     again = [c[2] if c[1] == "-m" else c[1] for c in again_calls]
-    assert all(c[c.index("--out") + 1] != str(data) for c in again_calls if "--out" in c)
+    # the corpus's draw again, as planned: it resumes an interrupted draw, whose manifests
+    # are written as it goes
+    assert [c for c in again_calls if "--out" in c and c[c.index("--out") + 1] == str(data)] == [
+        corpus
+    ]
     for finished in ("distill", "blend-students", "pseudo-label", "training.recipes.distill_mix"):
         assert finished not in again
     assert "tune-speller" not in again and "train-speller" not in again
@@ -510,6 +516,25 @@ def test_the_speller_alone_is_learnt_over_the_base_student_and_read_beside_it(
     assert (tmp_path / "exp" / "dev" / "whisper_pass.txt").is_file()
     again = {c[2] if c[1] == "-m" else c[1] for c in run()}  # the data recipes resume alone
     assert again == {"training.recipes.real_audio", "training.recipes.synth_corpus"}
+
+
+@pytest.mark.parametrize("speller_only", ["1", ""])
+def test_the_corpus_is_drawn_again_as_planned_and_a_corpus_of_ones_own_is_read_as_it_is(
+    tmp_path: Path, speller_only: str
+) -> None:
+    """A draw begun here is drawn again, which resumes it, with the hours it planned (a
+    SPELLER_ONLY run never shrinks a 12 h corpus to its held-out splits); a corpus with no
+    plan.json is the user's, never drawn into."""
+    data = tmp_path / "live"
+    data.mkdir()
+    (data / "plan.json").write_text('{\n "hours": 12.0,\n "seed": 5\n}')
+    (data / "dev.jsonl").write_text("x")
+    (data / "train.jsonl").write_text("x")  # written as the draw went, before its end
+    run = real_student_recipe(tmp_path, SPELLER_ONLY=speller_only)
+    (draw,) = [c for c in run() if "--out" in c and c[c.index("--out") + 1] == str(data)]
+    assert float(draw[draw.index("--hours") + 1]) == 12
+    (data / "plan.json").unlink()
+    assert not [c for c in run() if "--out" in c and c[c.index("--out") + 1] == str(data)]
 
 
 @pytest.mark.parametrize(("speller_only", "prime"), [("1", "16"), ("", "16"), ("", "0")])

@@ -11,8 +11,8 @@
 # rerun the script after an interruption. Each step's wall time adds up in $EXP/steps.tsv.
 #   DATA=DIR     the corpus whose held-out splits nothing here may speak, and whose 12 h of
 #                train speech the LAS layers read again (default data/live: drawn here as
-#                training/recipes/whisper_model.sh's corpus step draws it, where missing);
-#                its dev split validates
+#                training/recipes/whisper_model.sh's corpus step draws it, where missing or
+#                unfinished); its dev split validates
 #   REAL_AUDIO=DIR  the real recordings (python -m training.recipes.real_audio writes them)
 #   MIX=DIR      the mix's manifests and its synthetic speech (default data/mix)
 #   BASE=BUNDLE  the bundle the student and the layers go on from (default models/default)
@@ -66,12 +66,19 @@ corpus() {  # the corpus recipe's draw, first: its held-out and dev splits, whic
   # may speak, and but for SPELLER_ONLY its 12 h of train speech, which $BASE's LAS layers
   # learnt from and the candidate's read again, and which the larger synthetic dev split must
   # not speak either (drawn after a corpus without them, 52 of its 400 sentences were the
-  # corpus's: research record)
-  if [ -n "$SPELLER_ONLY" ]; then
-    [ -f "$DATA/dev.jsonl" ] || corpus_draw "$DATA" 0
-  else
-    [ -s "$DATA/train.jsonl" ] || corpus_draw "$DATA" 12
+  # corpus's: research record). A draw begun here (its plan.json) is drawn again, which
+  # resumes an interrupted one (its manifests are written as it goes, so they say nothing of
+  # its end) and only checks a finished one, never with fewer hours than it planned; a corpus
+  # of one's own (no plan.json) is read as it is
+  local hours=12 planned
+  [ -z "$SPELLER_ONLY" ] || hours=0
+  if [ -f "$DATA/plan.json" ]; then
+    planned=$(sed -n 's/^ *"hours": *\([0-9.]*\),*$/\1/p' "$DATA/plan.json")
+    hours=$(awk -v a="$hours" -v b="${planned:-0}" 'BEGIN { print (b > a) ? b : a }')
+  elif [ -f "$DATA/dev.jsonl" ] && { [ -n "$SPELLER_ONLY" ] || [ -s "$DATA/train.jsonl" ]; }; then
+    return
   fi
+  corpus_draw "$DATA" "$hours"
 }
 
 real_audio() {
