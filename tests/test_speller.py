@@ -646,15 +646,21 @@ def test_a_policy_file_round_trips(tmp_path) -> None:  # noqa: ANN001
         Learnt.load(tmp_path / "hasty.safetensors")
 
 
-def train_speller_args(tmp_path, clips: int, *extra: str):  # noqa: ANN001, ANN201
-    """`asr train-speller`'s options over a manifest of ``clips`` held-out clips without
-    text, grids in ``tmp_path``/grids."""
+def train_speller_args(  # noqa: ANN201
+    tmp_path,  # noqa: ANN001
+    clips: int,
+    *extra: str,
+    split: str = "test_seen_voices",
+    first: int = 0,
+):
+    """`asr train-speller`'s options over a manifest of ``clips`` held-out clips of
+    ``split`` from its ``first``, without text, grids in ``tmp_path``/grids."""
     import argparse
 
     from training.speller import add_arguments
 
     manifest = tmp_path / "unlabelled.jsonl"
-    rows = (HELDOUT / "test_seen_voices.jsonl").read_text().splitlines()[:clips]
+    rows = (HELDOUT / f"{split}.jsonl").read_text().splitlines()[first : first + clips]
     lines = []
     for line in rows:
         row = json.loads(line)
@@ -743,6 +749,44 @@ def test_grids_follow_the_bundles_student_not_its_path(tmp_path) -> None:  # noq
     (bundle / BUNDLE_ENCODER_FILE).symlink_to(changed)
     assert run(args) == 0
     assert len(list(grids.glob("*.npz"))) == 2
+
+
+def test_grids_read_a_clip_in_the_bundles_window(tmp_path) -> None:  # noqa: ANN001
+    """A grid's targets are Whisper's reading of the clip as the bundle's finals read a
+    segment, inside Whisper's padding to decode.whisper_finals.window_s: a short clip read
+    from its own states alone (a window of 0) comes out as another sentence (with numbers
+    spelled, as the shipped speller's targets), in a grid of its own."""
+    from asr.speller import ADAPTER_FILE, POLICY_FILE
+    from training.recipes.bundle_config import main as bundle_config
+    from training.recipes.textnorm import normalize
+    from training.speller import run
+
+    said, seen = {}, set()
+    for window in ("10", "0"):
+        bundle = tmp_path / f"window{window}"
+        bundle.mkdir()
+        for path in MODEL.iterdir():
+            if path.name not in (ADAPTER_FILE, POLICY_FILE, "config.json"):
+                (bundle / path.name).symlink_to(path.resolve())
+        (bundle / "config.json").write_text((MODEL / "config.json").read_text())
+        assert bundle_config([str(bundle), f"decode.whisper_finals.window_s={window}"]) == 0
+        args = train_speller_args(
+            tmp_path,
+            1,
+            *("--model", str(bundle), "--grids-only", "--numbers", "words"),
+            split="test_short",
+            first=1,
+        )
+        assert run(args) == 0
+        (path,) = set((tmp_path / "grids").glob("*.npz")) - seen  # a grid of its own
+        seen.add(path)
+        with np.load(path) as data:
+            tokens = data["tokens"].tolist()
+        finals = load_model(bundle).whisper_finals()
+        assert finals is not None
+        said[window] = normalize(finals.vocabulary.decode(tokens))
+    assert said["10"] == "nineteen eighty three"
+    assert "nineteen" not in said["0"]
 
 
 @pytest.mark.parametrize(

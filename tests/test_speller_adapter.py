@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -297,3 +298,28 @@ def test_a_spoken_clips_targets_say_its_words(tmp_path: Path) -> None:
     assert normalize(said["spoken"]) == text
     assert said["spoken"][0] == "M" and said["spoken"][-1] in ".?!"
     assert len(list((tmp_path / "states").iterdir())) == 2
+
+
+def test_targets_read_in_whispers_window_say_what_its_own_states_misread(
+    tmp_path: Path,
+) -> None:
+    """A short clip read from its own states alone comes out as another sentence; read as
+    the finals read a segment, inside Whisper's padding to the bundle's window, it says what
+    was said: the speller's targets, each reading in its own file."""
+    from training.recipes.textnorm import normalize
+
+    clip = one_clip(tmp_path, "test_short", 1)
+    assert clip.row["text"] == "nineteen eighty three"
+    window = clip.recognizer.config.decode.whisper_finals.window_s
+    assert window == 10
+    read = {}
+    for window_s in (0.0, window):
+        cache_words(clip.items, clip.finals, 16, "transcripts", "words", window_s)
+        (item,) = clip.items
+        assert item.words is not None
+        with np.load(item.words) as data:
+            read[window_s] = normalize(clip.finals.vocabulary.decode(data["tokens"].tolist()))
+    assert read[window] == "nineteen eighty three"
+    assert read[0.0] != read[window] and "nineteen" not in read[0.0]
+    names = {p.name for p in (tmp_path / "teacher").iterdir() if ".spelled16" in p.name}
+    assert len(names) == 2 and any(n.endswith("-w10.npz") for n in names)

@@ -6,7 +6,7 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
 
 1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
-   finals write it; with ``--numbers words``, numbers spelled as said, as the speller
+   finals write it, in Whisper's padding to ``decode.whisper_finals.window_s``; with ``--numbers words``, numbers spelled as said, as the speller
    writes them while its segment is open: a numeral waits for its number's end, a spelled
    number's words each for their own), with each token's end from the alignment heads
    over the whole memory (``asr.whisper_finals.token_ends``, as the finals time tokens); for
@@ -330,11 +330,12 @@ def grid_name(
     prefix: str = "",
     numbers: Numbers = "digits",
     spoken: bool = False,
+    window_s: float = 0.0,
 ) -> str:
     """The cache file of an entry's grid under ``bundle`` (:func:`learnt_on`: its student's
     and adapters' hashes, so that a bundle whose student or adapters changed in place does
     not read the grids of the old ones), for its targets so written (``spoken``: its own
-    text's words)."""
+    text's words; ``window_s``: read in Whisper's padding to that length)."""
     fields: list[object] = [
         entry_audio,
         offset,
@@ -344,6 +345,7 @@ def grid_name(
     ]
     fields += ["numbers=words"] if numbers == "words" else []
     fields += ["spoken"] if spoken else []
+    fields += [f"window={window_s:g}"] if window_s else []
     key = json.dumps(fields + [prefix] if prefix else fields)
     return hashlib.sha1(key.encode()).hexdigest()[:24] + ".npz"
 
@@ -373,15 +375,16 @@ def cache_grids(
     hashes = learnt_on(bundle)
     prime = recognizer.config.model.whisper.prime
     hashes["student_sha1"] = states_of(hashes["student_sha1"], prime)
+    window = recognizer.config.decode.whisper_finals.window_s  # read as the finals read
     paths = [
         [
-            cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers, e.id in spoken)
+            cache / grid_name(e.audio, e.offset, e.end, hashes, k, numbers, e.id in spoken, window)
             for k in keys
         ]
         for e in entries
     ]
     todo = [(e, ps) for e, ps in zip(entries, paths) if not all(p.is_file() for p in ps)]
-    options = WhisperFinalsConfig(beam_size=1, window_s=0.0, numbers=numbers)
+    options = WhisperFinalsConfig(beam_size=1, window_s=window, numbers=numbers)
     finals = recognizer.whisper_finals()
     assert finals is not None and recognizer.frontend is not None
     for entry, clip_paths in tqdm(todo, desc="speller grids", unit="utt"):

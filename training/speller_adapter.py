@@ -16,9 +16,11 @@ whole memory, from being taken for a cut (adapters that wait by the end dropped 
 words of clips that end in speech on one student), but it spells numbers while the
 segment is open where waiting by the end held them for the close (research record).
 
-Targets: Whisper's own greedy transcript of each English clip from the full-attention
-teacher's states, and each token's word end from its alignment heads (as the finals time
-tokens): no text is needed, so the real English of the packages teaches it as well as the
+Targets: Whisper's own greedy transcript of each English clip, read as the bundle's finals
+read a segment (the full-attention teacher's states of the clip inside Whisper's padding to
+``decode.whisper_finals.window_s``: read from the clip's states alone, short clips came out
+twice as wrong, often said twice), and each token's word end from its alignment heads over
+the clip's states (as the finals time tokens): no text is needed, so the real English of the packages teaches it as well as the
 synthetic corpus. With ``--numbers words`` the transcript spells numbers as said (its
 numerals suppressed), as the speller writes them while a segment is open: a number then
 comes word by word in the targets too, where with numerals it waited for its last digit.
@@ -155,12 +157,13 @@ def run(args: argparse.Namespace) -> int:
         teacher=str(args.model / "whisper_teacher.safetensors"),
         floor=recognizer.config.model.whisper.floor,
     )
+    window = recognizer.config.decode.whisper_finals.window_s  # read as the finals read
     sets = []
     for name, entries in (("train", train_entries), ("valid", valid_entries)):
         cached = cache_teacher(
             entries, finals.teacher, cfg, args.teacher_cache, f"teacher ({name})"
         )
-        cache_words(cached, finals, 16, f"teacher transcripts ({name})", args.numbers)
+        cache_words(cached, finals, 16, f"teacher transcripts ({name})", args.numbers, window)
         by_id = {e.id: e for e in entries}
         heard = [c for c in cached if c.words is not None]
         sets.append(
