@@ -90,6 +90,8 @@ from asr.whisper_text import WhisperVocabulary
 from training.recipes.textnorm import letter_runs, normalize
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from asr.recognizer import Recognizer
     from training.manifest import Entry
 
@@ -358,7 +360,7 @@ def cache_grids(
     bundle: Path,
     prefix: tuple[Policy, str] | None = None,
     numbers: Numbers = "digits",
-    spoken: frozenset[str] | set[str] = frozenset(),
+    spoken: AbstractSet[str] = frozenset(),
 ) -> list[Path]:
     """Each entry's grid (an empty file: no sure transcript), computed where missing, its
     targets' ``numbers`` so written, and for the entries whose ids are ``spoken`` their own

@@ -82,6 +82,8 @@ from training.train import StopSignals, configure_cpu, lr_factor
 WAITS = ("end", "no-speech")  # --wait: the token a cut memory's target ends with
 
 if TYPE_CHECKING:
+    from collections.abc import Set as AbstractSet
+
     from asr.recognizer import Recognizer
     from training.manifest import Entry
 
@@ -233,7 +235,7 @@ def cache_examples(
     cache: Path,
     bundle: Path,
     desc: str,
-    spoken: frozenset[str] | set[str] = frozenset(),
+    spoken: AbstractSet[str] = frozenset(),
 ) -> list[Example]:
     """Each transcribed clip's example, computed once: the student's states as a session
     gets them, the targets (Whisper's transcript, or for a clip whose id is ``spoken`` its
