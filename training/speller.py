@@ -6,13 +6,14 @@ decides which (``asr/speller.py``). Training is in expectation, in two stages:
 
 1. Grids (once per utterance, no gradient, cached as ``<cache>/<hash>.npz``). Target y:
    Whisper's greedy transcript of the clip (the bundle's teacher and decoder, as its
-   finals write it, in Whisper's padding to ``decode.whisper_finals.window_s``; with ``--numbers words``, numbers spelled as said, as the speller
-   writes them while its segment is open: a numeral waits for its number's end, a spelled
-   number's words each for their own), with each token's end from the alignment heads
-   over the whole memory (``asr.whisper_finals.token_ends``, as the finals time tokens); for
-   a clip of a ``--spoken`` manifest, its own text's words instead (:func:`styled_reference`),
-   timed by the same heads teacher-forced on them (``WhisperFinals.align``). Reference boundaries:
-   r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
+   finals write it, in Whisper's padding to ``decode.whisper_finals.window_s``; with
+   ``--numbers words``, numbers spelled as said, as the speller writes them while its
+   segment is open: a numeral waits for its number's end, a spelled number's words each
+   for their own), with each token's end from the alignment heads over the whole memory
+   (``asr.whisper_finals.token_ends``, as the finals time tokens); for a clip of a
+   ``--spoken`` manifest, its own text's words instead (:func:`styled_reference`), timed
+   by the same heads teacher-forced on them (``WhisperFinals.align``). Reference
+   boundaries: r_k = the first boundary at or after token k's end. Memory: the bundle's streaming
    student's states, then encoded silence, as the speller reads them. For every token i
    and boundary b_j: the decoder's final-layer state s(i, j) at the position that predicts
    y_i and log P(y_i | y_<i, memory < b_j), the earlier positions read at their own

@@ -20,10 +20,11 @@ Targets: Whisper's own greedy transcript of each English clip, read as the bundl
 read a segment (the full-attention teacher's states of the clip inside Whisper's padding to
 ``decode.whisper_finals.window_s``: read from the clip's states alone, short clips came out
 twice as wrong, often said twice), and each token's word end from its alignment heads over
-the clip's states (as the finals time tokens): no text is needed, so the real English of the packages teaches it as well as the
-synthetic corpus. With ``--numbers words`` the transcript spells numbers as said (its
-numerals suppressed), as the speller writes them while a segment is open: a number then
-comes word by word in the targets too, where with numerals it waited for its last digit.
+the clip's states (as the finals time tokens): no text is needed, so the real English of
+the packages teaches it as well as the synthetic corpus. With ``--numbers words`` the
+transcript spells numbers as said (its numerals suppressed), as the speller writes them
+while a segment is open: a number then comes word by word in the targets too, where with
+numerals it waited for its last digit.
 Whisper misreads some clips, short ones most ("monday the sixteenth" as "on the other
 side"), and its reading teaches the misreading; ``--spoken`` names the manifests whose text
 is what their clips say (the synthetic speech's), whose targets are then those words,
