@@ -30,3 +30,16 @@ def test_it_scores_both_readings_against_what_was_said(
     rows = [line for line in out.splitlines() if line.startswith("| short |")]
     assert rows == ["| short | 1-3 | 2 | 150.0% | 0.0% |", "| short | all | 2 | 150.0% | 0.0% |"]
     assert "'nineteen eighty three' -> clip alone: \"i'm going to be" in err
+
+
+def test_a_window_of_zero_is_refused_for_the_clip_alone_is_always_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    probe = load_bench("experiments/teacher_reading")
+    with pytest.raises(SystemExit) as exit_:
+        probe.main(
+            ["--manifest", str(tmp_path / "m.jsonl"), "--cache", str(tmp_path)]
+            + ["--windows", "10", "0"]
+        )
+    assert exit_.value.code == 2
+    assert "--windows must each be above 0 s, got [10.0, 0.0]" in capsys.readouterr().err

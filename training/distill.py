@@ -224,7 +224,8 @@ def cache_words(
         for item in batch:
             with np.load(item.path) as data:
                 states.append(torch.from_numpy(data["teacher"].astype(np.float32)))
-                mels.append(torch.from_numpy(data["mel"]))
+                if window_s:
+                    mels.append(torch.from_numpy(data["mel"]))
         lengths = torch.tensor([len(x) for x in states])
         padded = torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
         # a looping row would hold its batch to 224 steps: speech says a few tokens a second

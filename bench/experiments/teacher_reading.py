@@ -1,13 +1,15 @@
 """How often the streaming speller's targets say what was spoken, by the clip's length.
 
-`asr tune-speller` and `asr train-speller` learn Whisper's own greedy reading of each clip
-(training.distill.cache_words): Whisper's decoder over the teacher's states of the clip
-alone, encoded with no window around it, followed by encoded silence. Whisper learnt from
-30 s windows, and its finals pad a segment to ``decode.whisper_finals.window_s`` before
-encoding it. This reads each English clip of the manifests both ways, numbers spelled as
-the adapters' targets spell them, and scores each reading against the manifest's text
-(the project's normalisation, spelled letters joined), by the reference's length: 1-3
-words, 4-8, 9 and more. A clip the reading refuses (no sure text) counts as all deleted.
+The streaming speller (`asr tune-speller`, `asr train-speller`) learns Whisper's own greedy
+reading of each clip (training.distill.cache_words). That reading was once Whisper's decoder
+over the teacher's states of the clip alone, followed by encoded silence; Whisper learnt
+from 30 s windows, and its finals pad a segment to ``decode.whisper_finals.window_s``
+before encoding it, as the targets now are. This reads each English clip of the manifests
+both ways through cache_words (the clip alone, and in each window of ``--windows``),
+numbers spelled as the adapters' targets spell them, and scores each reading against the
+manifest's text (the project's normalisation, spelled letters joined), by the reference's
+length: 1-3 words, 4-8, 9 and more. A clip the reading refuses (no sure text) counts as
+all deleted.
 
     python bench/experiments/teacher_reading.py --model models/default \\
         --manifest data/live/dev.jsonl --cache /tmp/teacher-reading --windows 10 30
@@ -24,12 +26,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from asr.config import WhisperConfig, WhisperFinalsConfig  # noqa: E402
+from asr.config import WhisperConfig  # noqa: E402
 from asr.scoring import wer  # noqa: E402
 from bench.real_speech import score_text  # noqa: E402
 from training.distill import cache_teacher, cache_words, english  # noqa: E402
@@ -53,12 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, nargs="+", required=True)
     parser.add_argument("--cache", type=Path, required=True, help="teacher states and readings")
     parser.add_argument(
-        "--windows", type=float, nargs="*", default=[10.0, 30.0], help="finals' window_s to read"
+        "--windows",
+        type=float,
+        nargs="*",
+        default=[10.0, 30.0],
+        help="finals' window_s to read in, each above 0 (0 is the clip alone, always read)",
     )
     parser.add_argument("--limit", type=int, default=0, help="first N English clips of each")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--show", type=int, default=5, help="misread 1-3 word clips to print")
     args = parser.parse_args(argv)
+    if any(w <= 0 for w in args.windows):
+        parser.error(f"--windows must each be above 0 s, got {args.windows}")
     configure_cpu(args.threads)
     recognizer = load_model(args.model)
     finals = float32_finals(recognizer)
@@ -73,22 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     for manifest, name in zip(args.manifest, names):
         entries = [e for e in read_manifest(manifest)[0] if english(e)][: args.limit or None]
         cached = cache_teacher(entries, finals.teacher, cfg, args.cache, f"teacher ({name})")
-        cache_words(cached, finals, 1, f"clip alone ({name})", "words")
         refs = {e.id: score_text(e.text) for e in entries}
         hyps: dict[str, dict[str, str]] = defaultdict(dict)
-        for item in cached:
-            text = ""
-            if item.words is not None:
-                with np.load(item.words) as data:
-                    text = finals.vocabulary.decode(data["tokens"].tolist())
-            hyps[readings[0]][item.id] = score_text(text)
-        for window, reading in zip(args.windows, readings[1:]):
-            options = WhisperFinalsConfig(beam_size=1, numbers="words", window_s=window)
+        for window, reading in zip([0.0, *args.windows], readings):
+            cache_words(cached, finals, 1, f"{reading} ({name})", "words", window)
             for item in cached:
-                with np.load(item.path) as data:
-                    mel = torch.from_numpy(data["mel"].astype(np.float32))
-                final = finals.transcribe([mel], options)[0]
-                hyps[reading][item.id] = "" if final.fallback else score_text(final.text)
+                text = ""
+                if item.words is not None:
+                    with np.load(item.words) as data:
+                        text = finals.vocabulary.decode(data["tokens"].tolist())
+                hyps[reading][item.id] = score_text(text)
         ids = [item.id for item in cached]
         groups: dict[str, list[str]] = defaultdict(list)
         for i in ids:
