@@ -340,6 +340,12 @@ class DecodeConfig(Checked):
     # policy a beam of 3 read real speech a little better held out (37.7% against 38.9%),
     # the synthetic sets a little worse, at 1.65x the cost (the research record)
     speller_beam: int = bounded(1, at_least=1)
+    # Whisper's streaming decoder: a segment whose speller has said something and then let
+    # nothing out for this long is read again from its start, every token from the states
+    # so far, and goes on from there (the decoder, having let out a sentence it misheard,
+    # finds the end of text likeliest at every boundary after it, and an open segment waits
+    # on the end; 0: it waits for the segment's endpoint)
+    speller_stall_s: float = bounded(0.0, at_least=0)
 
     def greedy(self) -> DecodeConfig:
         """These settings searched greedily without the LM (the search partials come from);

@@ -85,11 +85,12 @@ class Recognizer:
         streaming_decoder: StreamingDecoder | None = None,
         final_numbers: Numbers | None = None,
         speller_beam: int | None = None,
+        speller_stall: float | None = None,
     ) -> None:
         """Override the bundle's beam size, LM weight, two-pass finals, joint CTC weight,
         end-of-stream silence, the beam, window, beam's longest segment and numbers of
-        Whisper's finals, what writes the streaming pass and the beam of Whisper's streaming
-        decoder (None keeps them), checking each."""
+        Whisper's finals, what writes the streaming pass, and the beam and stall of Whisper's
+        streaming decoder (None keeps them), checking each."""
         assert self.frontend is not None
         decode = self.config.decode
         if streaming_decoder is not None:
@@ -105,6 +106,10 @@ class Recognizer:
             decode.beam_size = check_beam(beam)
         if speller_beam is not None:
             decode.speller_beam = check_beam(speller_beam, "--speller-beam")
+        if speller_stall is not None:
+            if speller_stall < 0:
+                raise ValueError(f"--speller-stall must be at least 0 s, got {speller_stall}")
+            decode.speller_stall_s = speller_stall
         if final_beam is not None:
             check_beam(final_beam, "--final-beam")
             decode.whisper_finals = replace(decode.whisper_finals, beam_size=final_beam)
@@ -277,6 +282,7 @@ class Recognizer:
             args.streaming_decoder,
             args.final_numbers,
             args.speller_beam,
+            args.speller_stall,
         )
 
 
@@ -291,8 +297,9 @@ def offline_pieces(samples: np.ndarray, sample_rate: int) -> Iterator[np.ndarray
 
 def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) -> None:
     """--beam, --lm-weight, --two-pass, --final-beam, --final-beam-max, --final-window,
-    --final-numbers, --streaming-decoder, --speller-beam, --ctc-weight and --end-pad, the search
-    settings a command may override (``Recognizer.set_search_arguments(args)`` applies them);
+    --final-numbers, --streaming-decoder, --speller-beam, --speller-stall, --ctc-weight and
+    --end-pad, the search settings a command may override
+    (``Recognizer.set_search_arguments(args)`` applies them);
     ``greedy``: a command that searches greedily unless told otherwise (beam 1, LM weight 0),
     not as the bundle serves."""
     if greedy:
@@ -351,6 +358,14 @@ def add_search_arguments(parser: argparse.ArgumentParser, greedy: bool = False) 
         type=int,
         help="beam of Whisper's streaming decoder, each hypothesis with its own pointer, 1: "
         "greedy (default: the bundle's decode.speller_beam)",
+    )
+    parser.add_argument(
+        "--speller-stall",
+        type=float,
+        metavar="SECONDS",
+        help="Whisper's streaming decoder: a segment that said something, then nothing for "
+        "this long, is read again from its start, 0: never (default: the bundle's "
+        "decode.speller_stall_s)",
     )
     parser.add_argument(
         "--ctc-weight",

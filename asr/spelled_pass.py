@@ -62,10 +62,14 @@ class SpelledPass:
             self._unread = torch.cat([self._unread, states]) if self._unread.numel() else states
 
     def read_until(self, las_state: int) -> bool:
-        """Give the speller the states of the LAS states before ``las_state``; whether it
-        let new tokens out."""
+        """Give the speller the states of the LAS states before ``las_state``; whether its
+        tokens changed (new ones let out, or the segment read again: ``SpellerOptions.stall``)."""
         states = self._take(las_state * self.per_state)
-        return bool(len(states)) and bool(self._speller.accept(states))
+        if not len(states):
+            return False
+        before = self._speller.tokens
+        self._speller.accept(states)
+        return self._speller.tokens != before
 
     def close(self, las_state: int) -> tuple[list[int], list[int]]:
         """End the open segment before LAS state ``las_state``: its tokens and their

@@ -105,6 +105,11 @@ class SpellerOptions:
     # and each costs a step of the decoder at each of its candidate boundaries (research
     # record: WER, word latency and cost on the dev splits)
     beam: int = 1
+    # states a hypothesis that has said something may wait for its next token before the
+    # segment is read again from its start (:meth:`Speller._reread`): the decoder, having let
+    # out a sentence it misheard, finds the end of text likeliest at every boundary after
+    # it, and an open segment waits on the end (0: it waits for the close)
+    stall: int = 0
 
     def __post_init__(self) -> None:
         if self.beyond not in ("silence", "mask"):
@@ -115,6 +120,8 @@ class SpellerOptions:
             raise ValueError(f"max_tokens must be 1 to 224, got {self.max_tokens}")
         if self.beam < 1:
             raise ValueError(f"a speller's beam must be at least 1, got {self.beam}")
+        if self.stall < 0:
+            raise ValueError(f"a speller's stall must be at least 0 states, got {self.stall}")
 
 
 class SpellerModel:
@@ -303,9 +310,13 @@ class Hypothesis:
     logprob: float = 0.0
     scanned: int = 0  # candidate boundaries up to this one said no for the next token
     # the reading the next token will come from, found while the rest of the beam waits
-    ready: Reading | None = None
+    # (or the boundary where it stalled: Speller._scan)
+    ready: Reading | int | None = None
     past: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     done: bool = False
+    # read again (Speller._reread) to the text it had, and nothing said since: it waits
+    # on what the states say, and may not stall again before its next token
+    settled: bool = False
 
     @property
     def pointer(self) -> int:
@@ -653,6 +664,7 @@ class Speller:
         self.beam = [Hypothesis(list(model.vocabulary.prompt))]  # best first
         self._shown: list[int] = []  # the tokens of the best hypothesis last let out
         self.closed = False
+        self.rereads = 0  # how many times the segment was read again (options.stall)
 
     @property
     def states(self) -> Tensor:
@@ -690,10 +702,14 @@ class Speller:
             readings = []
             for hyp in self.beam:
                 hyp.ready = hyp.ready or self._scan(hyp)
+                if isinstance(hyp.ready, int):  # it stalled there: the segment is read again
+                    self.beam = [self._reread(hyp, hyp.ready)]
+                    break
                 if hyp.ready is None:  # it waits for more states, and the beam with it
                     return self._let_out()
                 readings.append(hyp.ready)
-            self.beam = self._step(readings, None)
+            else:
+                self.beam = self._step(readings, None)
         return self._let_out()
 
     @torch.inference_mode()
@@ -725,18 +741,39 @@ class Speller:
             self._states.append(states)
             self.memory.add(states)
 
-    def _scan(self, hyp: Hypothesis) -> Reading | None:
+    def _scan(self, hyp: Hypothesis) -> Reading | int | None:
         """The reading ``hyp``'s next token comes from: at the first candidate boundary,
         from where its last scan stopped, where the policy says yes and the decoder's
-        likeliest token may be said; None while there is none among the states so far."""
-        stride = self.policy.stride
+        likeliest token may be said; None while there is none among the states so far. Or
+        the boundary where it stalled: having said something (and not settled), it waited
+        ``options.stall`` states past its last token."""
+        stride, stall = self.policy.stride, self.options.stall
         view = NextToken(self, hyp)
         first = (hyp.scanned // stride + 1) * stride
         for boundary in range(first, self.memory.length + 1, stride):
             hyp.scanned = boundary
             if self.policy.emits(view, boundary) and self._may_say(hyp, view.read(boundary)):
                 return view.read(boundary)
+            if stall and hyp.tokens and not hyp.settled and boundary - hyp.pointer >= stall:
+                return boundary
         return None
+
+    def _reread(self, stalled: Hypothesis, boundary: int) -> Hypothesis:
+        """The segment read again from its start, greedily, every token from the memory up to
+        ``boundary`` (as the close reads the whole memory, but the segment still open: until
+        the decoder would end or loop). A ``stalled`` hypothesis stuck on a sentence it
+        misheard early is replaced by what the states so far say, which may stall again;
+        one that only waited on silence reads the same, and is settled."""
+        self.rereads += 1
+        hyp = Hypothesis(list(self.model.vocabulary.prompt))
+        while len(hyp.tokens) < self.options.max_tokens:
+            reading = self.read(hyp, boundary)
+            if not self._may_say(hyp, reading):
+                break
+            logprob = hyp.logprob + float(reading.logprobs[reading.token])
+            hyp = hyp.then(reading, reading.token, logprob)
+        hyp.settled = hyp.tokens == stalled.tokens
+        return hyp
 
     def _step(
         self, readings: list[Reading], ends: list[Extension] | None, ended: int = 0

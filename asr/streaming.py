@@ -250,7 +250,8 @@ class StreamingSession:
                     "policy (the bundle's speller_policy.safetensors)"
                 )
             check_whisper_window(decode, "Whisper's streaming decoder's segments")
-            options = SpellerOptions(beam=decode.speller_beam)
+            stall = round(decode.speller_stall_s / frontend.frame_seconds)  # student states
+            options = SpellerOptions(beam=decode.speller_beam, stall=stall)
             self._spelled = SpelledPass(*speller, self._frames_per_state, options)
         self.state_seconds = self._frames_per_state * frontend.frame_seconds
         self._silent_states = 0

@@ -19,7 +19,7 @@ from asr.bundle import load_model
 from asr.config import SessionOptions
 from asr.recognizer import Recognizer
 from asr.scoring import score
-from asr.speller import POLICY_FILE, bundle_policy
+from asr.speller import POLICY_FILE, Speller, bundle_policy
 from server.client import file_frames
 from server.client import stream as stream_url
 from server.live import LiveServer
@@ -109,6 +109,31 @@ def test_a_beam_spells_sessions_as_it_does_offline(
         assert kinds[-1] and not any(kinds[:-1]) and len(kinds) >= 2
     with pytest.raises(ValueError, match="--speller-beam must be >= 1"):
         beam.set_search(speller_beam=0)
+
+
+def test_a_stall_spells_sessions_as_it_does_offline(
+    two_sentences: tuple[np.ndarray, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With decode.speller_stall_s (`--speller-stall`), a session in random chunks gives the
+    finals of offline transcription, its segments read again where the speller stalled
+    (0.32 s: several times in these two sentences) included; a negative stall is refused by
+    name."""
+    rereads: list[int] = []
+    reread = Speller._reread
+    monkeypatch.setattr(
+        Speller, "_reread", lambda self, *a: rereads.append(a[1]) or reread(self, *a)
+    )
+    stalled = load_model(MODEL)
+    stalled.set_search(1, 0.0, two_pass=False, streaming_decoder="whisper", speller_stall=0.32)
+    samples = two_sentences[0]
+    offline = stalled.transcribe_segments(samples, RATE)
+    offline_rereads = list(rereads)
+    assert offline_rereads, "the stall never read a segment again"
+    events = stream(stalled, samples, RATE, chunk_sizes("random", RATE, len(samples)))
+    assert finals(events) == finals(offline) and len(offline) == 2
+    assert rereads[len(offline_rereads) :] == offline_rereads  # at the same boundaries
+    with pytest.raises(ValueError, match="--speller-stall must be at least 0 s"):
+        stalled.set_search(speller_stall=-1)
 
 
 def test_two_pass_finals_stay_whisper_finals_over_the_spelled_pass(

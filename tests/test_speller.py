@@ -85,10 +85,11 @@ def spell(
     batches: list[np.ndarray],
     beyond: str = "silence",
     numbers: str = "words",
+    stall: int = 0,
 ) -> tuple[Speller, list[bool]]:
     """A speller fed ``batches`` (the last at the close), and per token whether it came out
     before the close."""
-    options = SpellerOptions(beyond=beyond, numbers=numbers)  # type: ignore[arg-type]
+    options = SpellerOptions(beyond=beyond, numbers=numbers, stall=stall)  # type: ignore[arg-type]
     speller = Speller(model, policy, options)
     early = [True for batch in batches[:-1] for _ in speller.accept(batch)]
     return speller, early + [False] * len(speller.finish(batches[-1]))
@@ -290,6 +291,43 @@ def test_immediate_emits_at_the_first_boundary_unless_the_decoder_would_end(
     # after its guess (a whole sentence from 320 ms), the end waited at every chunk
     heard = len(np.concatenate(batches[:-1]))
     assert policy.asked[len(boundaries)] == list(range(16, heard + 1, 16))
+
+
+def test_a_stalled_segment_is_read_again_from_its_start(
+    bundle: tuple[Frontend, SpellerModel],
+) -> None:
+    """Emit-at-once lets out a guess from the first 320 ms ("the sense of ...") and then
+    waits on the end of text to the close. With ``stall``, a hypothesis that waits that long
+    past its last token has the segment read again from its start, from the states so far,
+    and goes on from there: the sentence is read right, at the same boundaries in any
+    chunking; and a segment read again to the text it had waits without reading again."""
+    frontend, model = bundle
+    samples, text = heldout("test_seen_voices", 0)
+    streamed = arrivals(frontend, samples, chunk_sizes("10ms", RATE, len(samples)))
+    whole = arrivals(frontend, samples, [len(samples)])
+    whole = [np.concatenate(whole[:-1]), whole[-1]]
+    stuck, _ = spell(model, Immediate(), streamed)
+    assert stuck.rereads == 0 and not stuck.text.lower().startswith("the census bureau")
+    read = []
+    for batches in (streamed, whole):
+        speller, early = spell(model, Immediate(), batches, stall=32)
+        read.append((speller.tokens, speller.boundaries, speller.rereads))
+        assert any(early)
+    assert read[0] == read[1]
+    assert read[0][2] >= 1
+    assert speller.text.lower().rstrip(".") == text
+    # over 3.2 s more of the clip's last (quiet) state, the sentence is read again once, to
+    # the same text: settled, it is not read again
+    states = np.concatenate(whole)
+    speller = Speller(model, Immediate(), SpellerOptions(stall=32))
+    speller.accept(states)
+    said, rereads = speller.text, speller.rereads
+    assert not speller.hypothesis.settled
+    speller.accept(np.repeat(states[-1:], 160, axis=0))
+    assert (speller.text, speller.rereads) == (said, rereads + 1)
+    assert speller.hypothesis.settled
+    with pytest.raises(ValueError, match="stall must be at least 0"):
+        SpellerOptions(stall=-1)
 
 
 def test_a_cut_mid_word_does_not_end_the_segment(bundle: tuple[Frontend, SpellerModel]) -> None:
