@@ -121,6 +121,9 @@ def test_the_speller_is_carried_and_its_figures_recorded_and_stale_ones_measured
 ) -> None:
     out, speller, argv = setup
     argv += ["--speller", str(speller)]
+    config = json.loads((speller / "config.json").read_text())
+    config["decode"]["speller_stall_s"] = 2.0  # the speller's pass setting travels with it
+    (speller / "config.json").write_text(json.dumps(config))
     work = tmp_path / "work"
     work.mkdir()
     recorded = (out / "metrics.json").read_text()
@@ -132,6 +135,9 @@ def test_the_speller_is_carried_and_its_figures_recorded_and_stale_ones_measured
     assert publish_speller.main(argv) == 0
     for name in (ADAPTER_FILE, POLICY_FILE):
         assert (out / name).read_bytes() == (speller / name).read_bytes()
+    assert json.loads((out / "config.json").read_text())["decode"]["speller_stall_s"] == 2.0
+    card = (out / "README.md").read_text()
+    assert "waited\n2 s for its next token is read again" in card
     streaming = json.loads((out / "metrics.json").read_text())["whisper_streaming"]
     assert streaming["rtf"] == 0.125 and streaming["capacity"] == {"steady": 21, "burst": 19}
     assert streaming["eval"]["real"]["wer"]["rate"] == 0.05

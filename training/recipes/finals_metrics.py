@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if "whisper_streaming" in metrics:  # whether its decoder reads with adapters it learnt
         metrics["whisper_streaming"]["adapters"] = (bundle / ADAPTER_FILE).is_file()
         metrics["whisper_streaming"]["learnt_with"] = speller_settings(bundle)
+        metrics["whisper_streaming"]["stall_s"] = decode.speller_stall_s
     # the bundle's size now counts Whisper's decoder and tokenizer
     shipped = {"README.md", "metrics.json"}
     files = {p.name: p.stat().st_size for p in sorted(bundle.iterdir()) if p.name not in shipped}

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     carry_speller(args.speller, args.out)  # files already there are left as they are
     print(f"{shown(args.out)} serves {shown(args.speller)}'s speller", flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    inputs = [args.out / name for name in (ADAPTER_FILE, POLICY_FILE)]
+    inputs = [args.out / name for name in (ADAPTER_FILE, POLICY_FILE, "config.json")]
     inputs = [path for path in inputs if path.is_file()]
     for name, (script, bench_argv) in benchmarks(args).items():
         bench(script, bench_argv, args.work / f"{name}.json", inputs)

@@ -502,6 +502,13 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
             if kind in learnt_with
         ]
         lines.append(f"Its files say they were learnt with {' and '.join(said)}.")
+    if spelled.get("stall_s"):
+        lines += [
+            "A segment whose decoder has said something and then waited",
+            f"{spelled['stall_s']:g} s for its next token is read again from its start",
+            "(`decode.speller_stall_s`): a sentence misheard early no longer holds the rest",
+            "back until the segment closes.",
+        ]
     lines += [
         "WER on normalised text, one-pass (`python bench/real_speech.py --no-whisper",
         "--no-two-pass --streaming-decoder whisper --beam 1 --lm-weight 0`, with",

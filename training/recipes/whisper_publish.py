@@ -168,10 +168,10 @@ def check_speller(speller: Path, bundle: Path) -> None:
 def carry_speller(speller: Path, out: Path) -> None:
     """Copy the speller's adapters (if any) and policy into the published bundle ``out``, with
     the Whisper decoder and tokenizer they were learnt over (which also write two-pass finals)
-    and the speller bundle's settings of those finals (decode.two_pass, decode.whisper_finals),
-    then load them from there, as serving will. Files already there byte for byte are left
-    alone. The run's evaluations measured its finals without Whisper's decoder (the card's
-    "teacher states, LSTM decoder" column)."""
+    and the speller bundle's settings of those finals (decode.two_pass, decode.whisper_finals)
+    and of its pass (decode.speller_stall_s), then load them from there, as serving will.
+    Files already there byte for byte are left alone. The run's evaluations measured its
+    finals without Whisper's decoder (the card's "teacher states, LSTM decoder" column)."""
     for name in (ADAPTER_FILE, POLICY_FILE, DECODER_FILE, TOKENIZER_FILE):
         source, target = speller / name, out / name
         if not source.is_file():
@@ -181,7 +181,12 @@ def carry_speller(speller: Path, out: Path) -> None:
         shutil.copyfile(source, target)
         target.chmod(0o644)
     finals = Config.load(speller / "config.json").decode
-    serve(out, two_pass=finals.two_pass, whisper_finals=finals.whisper_finals)
+    serve(
+        out,
+        two_pass=finals.two_pass,
+        whisper_finals=finals.whisper_finals,
+        speller_stall_s=finals.speller_stall_s,
+    )
     bundle_adapter(out)
     bundle_policy(out)
 
