@@ -321,7 +321,8 @@ class DecodeConfig(Checked):
     greedy_partials: bool = False
     # Digital silence (seconds) after the last sample when a stream finishes: every training
     # utterance ends in some, and a clip cut right after its last word otherwise loses that
-    # word's end to the encoders' chunk (the final then costs one more chunk of encoding)
+    # word's end to the encoders' chunk (the final then costs one more chunk of encoding).
+    # Whisper's streaming pass streams at least restart_pause_s, as a pause ends a segment
     end_pad_s: float = bounded(0.0, at_least=0)
     # two-pass finals from Whisper's own decoder, where the bundle carries it
     whisper_finals: WhisperFinalsConfig = field(default_factory=WhisperFinalsConfig)

@@ -294,7 +294,13 @@ class StreamingSession:
             )
         if samples is None:
             self._finished = True
-            pad = round(self.config.decode.end_pad_s * self._resampler.dst)
+            decode = self.config.decode
+            pad_s = decode.end_pad_s
+            if self._spelled is not None:  # Whisper's pass ends its last segment as a pause
+                # ends one mid-stream; its adapters read a memory that stops sooner as speech
+                # cut off, and wait on it (the close then loses the last word)
+                pad_s = max(pad_s, decode.restart_pause_s)
+            pad = round(pad_s * self._resampler.dst)
             audio16k = np.concatenate([self._resampler.flush(), np.zeros(pad, np.float32)])
         else:
             x = check_samples(samples, clip=True)  # validates before any state changes

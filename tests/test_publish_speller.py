@@ -137,7 +137,7 @@ def test_the_speller_is_carried_and_its_figures_recorded_and_stale_ones_measured
         assert (out / name).read_bytes() == (speller / name).read_bytes()
     assert json.loads((out / "config.json").read_text())["decode"]["speller_stall_s"] == 2.0
     card = (out / "README.md").read_text()
-    assert "waited\n2 s for its next token is read again" in card
+    assert "then waited 2 s for its next\ntoken is read again from its start" in card
     streaming = json.loads((out / "metrics.json").read_text())["whisper_streaming"]
     assert streaming["rtf"] == 0.125 and streaming["capacity"] == {"steady": 21, "burst": 19}
     assert streaming["eval"]["real"]["wer"]["rate"] == 0.05

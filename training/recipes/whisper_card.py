@@ -503,11 +503,11 @@ def whisper_streaming_text(spelled: dict[str, Any] | None) -> str:
         ]
         lines.append(f"Its files say they were learnt with {' and '.join(said)}.")
     if spelled.get("stall_s"):
+        wait = f"{spelled['stall_s']:g} s"
         lines += [
-            "A segment whose decoder has said something and then waited",
-            f"{spelled['stall_s']:g} s for its next token is read again from its start",
-            "(`decode.speller_stall_s`): a sentence misheard early no longer holds the rest",
-            "back until the segment closes.",
+            f"A segment whose decoder has said something and then waited {wait} for its next",
+            "token is read again from its start (`decode.speller_stall_s`): a sentence",
+            "misheard early no longer holds the rest back until the segment closes.",
         ]
     lines += [
         "WER on normalised text, one-pass (`python bench/real_speech.py --no-whisper",
